@@ -1,0 +1,39 @@
+"""im2rec: build and read MXNet RecordIO image datasets (.rec, .idx, .lst) without MXNet.
+
+The reading and writing API is a drop-in for ``mxnet.recordio``::
+
+    from im2rec import recordio
+    rec = recordio.MXIndexedRecordIO("train.idx", "train.rec", "r")
+    header, img = recordio.unpack(rec.read_idx(0))
+"""
+
+from . import recordio
+from .errors import Im2recError
+from .recordio import (
+    IRHeader,
+    MXIndexedRecordIO,
+    MXRecordIO,
+    RecordReader,
+    RecordWriter,
+    pack,
+    pack_img,
+    unpack,
+    unpack_img,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Im2recError",
+    "IRHeader",
+    "MXIndexedRecordIO",
+    "MXRecordIO",
+    "RecordReader",
+    "RecordWriter",
+    "pack",
+    "pack_img",
+    "recordio",
+    "unpack",
+    "unpack_img",
+    "__version__",
+]

@@ -1,0 +1,63 @@
+"""Every failure a user can see, as one exception class each, all under Im2recError.
+
+Messages name the file and the byte offset (for ``.rec``) or the line (for
+``.idx`` and ``.lst``), so that a user can find the bad spot without a debugger.
+The CLI turns any Im2recError into ``Error: <message>`` and exit status 1.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Im2recError",
+    "RecordIOError",
+    "TruncatedRecordError",
+    "BadMagicError",
+    "BadFlagError",
+    "RecordTooLargeError",
+    "IndexFormatError",
+    "IndexOffsetError",
+    "HeaderError",
+]
+
+
+class Im2recError(Exception):
+    """Base class of every error im2rec raises on bad input or a failed operation."""
+
+
+class RecordIOError(Im2recError):
+    """A ``.rec`` or ``.idx`` file is not valid RecordIO.
+
+    ``offset`` is the byte offset of the bad part in the ``.rec``, when there is one.
+    """
+
+    def __init__(self, message: str, offset: "int | None" = None):
+        super().__init__(message)
+        self.offset = offset
+
+
+class TruncatedRecordError(RecordIOError):
+    """A record header or payload runs past the end of the ``.rec`` file."""
+
+
+class BadMagicError(RecordIOError):
+    """A record does not start with the magic word 0xCED7230A."""
+
+
+class BadFlagError(RecordIOError):
+    """A record's parts carry an impossible continuation flag (cflag) sequence."""
+
+
+class RecordTooLargeError(RecordIOError):
+    """A payload is 2**29 bytes or more, which RecordIO cannot frame."""
+
+
+class IndexFormatError(RecordIOError):
+    """A ``.idx`` line is not ``key<TAB>offset``."""
+
+
+class IndexOffsetError(RecordIOError):
+    """A ``.idx`` offset lies beyond the ``.rec`` file or not on a record head."""
+
+
+class HeaderError(RecordIOError):
+    """A record is too short for the IRHeader (and labels) it claims to hold."""
