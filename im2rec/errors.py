@@ -17,6 +17,8 @@ __all__ = [
     "IndexFormatError",
     "IndexOffsetError",
     "HeaderError",
+    "ListFormatError",
+    "ListingError",
 ]
 
 
@@ -61,3 +63,11 @@ class IndexOffsetError(RecordIOError):
 
 class HeaderError(RecordIOError):
     """A record is too short for the IRHeader (and labels) it claims to hold."""
+
+
+class ListFormatError(Im2recError):
+    """A ``.lst`` line is not ``index<TAB>label...<TAB>path``."""
+
+
+class ListingError(Im2recError):
+    """``im2rec list`` cannot make lists from a folder (missing, empty, bad ratios)."""

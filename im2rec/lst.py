@@ -1,0 +1,151 @@
+"""The ``.lst`` text format: one image per line, ``index<TAB>label...<TAB>path``.
+
+    0<TAB>3.000000<TAB>zebra/zebra_0.jpg<LF>
+    1<TAB>1.000000<TAB>0.500000<TAB>0.250000<TAB>cats/a b.jpg<LF>
+
+The index is a non-negative integer (im2rec stores it as the record id and the
+``.idx`` key), then any number of float labels, then the image path relative to
+the image root, with ``/`` separators. Files are UTF-8; CRLF line endings and
+blank lines are tolerated on reading. Labels are written with ``%f`` as MXNet's
+im2rec.py does, unless that would lose precision, in which case the shortest
+exact representation is used, so that writing then reading gives back the same
+values.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import IO, Iterable, Iterator, List, NamedTuple, Tuple, Union
+
+from .errors import ListFormatError
+
+__all__ = ["ListEntry", "read_lst", "write_lst", "format_entry", "parse_line", "unstorable_reason"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class ListEntry(NamedTuple):
+    """One line of a ``.lst`` file."""
+
+    index: int
+    labels: Tuple[float, ...]
+    path: str
+
+
+def format_label(x: float) -> str:
+    """``%f`` like im2rec.py when that is exact, else the shortest exact form."""
+    s = "%f" % x
+    return s if float(s) == x else repr(float(x))
+
+
+def unstorable_reason(path: str) -> str | None:
+    """Why ``path`` cannot be written to a ``.lst`` line, or None if it can."""
+    for ch, name in (("\t", "a TAB"), ("\n", "a newline"), ("\r", "a carriage return")):
+        if ch in path:
+            return f"{name} in the path cannot be stored in a .lst"
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return "the name is not valid UTF-8"
+    return None
+
+
+def format_entry(entry: ListEntry) -> str:
+    """The ``.lst`` line of ``entry``, newline included."""
+    labels = "".join(format_label(x) + "\t" for x in entry.labels)
+    return f"{entry.index}\t{labels}{entry.path}\n"
+
+
+def write_lst(out: Union[PathLike, IO[str]], entries: Iterable[ListEntry]) -> int:
+    """Write entries to a ``.lst`` file (UTF-8, LF).
+
+    Args:
+        out: a path, or a text file object opened with ``newline='\\n'``.
+        entries: the lines to write.
+
+    Returns:
+        The number of lines written.
+
+    Raises:
+        ValueError: a path holds a TAB, CR or newline, an index is negative, or labels are missing.
+    """
+    if not hasattr(out, "write"):
+        with open(out, "w", encoding="utf-8", newline="\n") as f:  # type: ignore[arg-type]
+            return write_lst(f, entries)
+    n = 0
+    for e in entries:
+        reason = unstorable_reason(e.path)
+        if reason:
+            raise ValueError(f"{e.path!r}: {reason}")
+        if e.index < 0:
+            raise ValueError(f"{e.path!r}: index {e.index} is negative")
+        if not e.labels:
+            raise ValueError(f"{e.path!r}: a .lst line needs at least one label")
+        out.write(format_entry(e))  # type: ignore[union-attr]
+        n += 1
+    return n
+
+
+EXPECTED = "expected 'index<TAB>label...<TAB>path'"
+
+
+def parse_line(line: str, where: str) -> ListEntry:
+    """Parse one ``.lst`` line (without its line ending).
+
+    Args:
+        line: the text of the line.
+        where: ``file:line``, used in error messages.
+
+    Raises:
+        ListFormatError: the line is malformed; the message starts with ``where``.
+    """
+    fields = line.split("\t")
+    if len(fields) < 3:
+        raise ListFormatError(f"{where}: {EXPECTED}, got {len(fields)} field{'s' if len(fields) != 1 else ''}")
+    raw_index, path = fields[0].strip(), fields[-1]
+    if not (raw_index.isascii() and raw_index.isdigit()):
+        raise ListFormatError(f"{where}: index {fields[0]!r} is not a non-negative integer")
+    index = int(raw_index)
+    if index >= 1 << 64:
+        raise ListFormatError(f"{where}: index {index} does not fit in 64 bits")
+    labels = []
+    for i, raw in enumerate(fields[1:-1], 1):
+        try:
+            labels.append(float(raw))
+        except ValueError:
+            raise ListFormatError(f"{where}: label {i} ({raw!r}) is not a number") from None
+    if not path.strip():
+        raise ListFormatError(f"{where}: the path (last field) is empty")
+    return ListEntry(index, tuple(labels), path)
+
+
+def iter_lst(path: PathLike) -> Iterator[Tuple[int, ListEntry]]:
+    """Yield ``(line_number, entry)`` for every non-blank line of a ``.lst`` file.
+
+    Raises:
+        ListFormatError: a line is malformed or the file is not UTF-8, naming ``file:line``.
+        OSError: the file cannot be read.
+    """
+    name = os.fspath(path)
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ListFormatError(f"{name}:{lineno}: not UTF-8 text (byte {e.start + 1} of the line)") from None
+            if lineno == 1 and line.startswith("\ufeff"):
+                line = line[1:]
+            line = line.rstrip("\n").rstrip("\r")
+            if not line.strip():
+                continue
+            yield lineno, parse_line(line, f"{name}:{lineno}")
+
+
+def read_lst(path: PathLike) -> List[ListEntry]:
+    """Read every entry of a ``.lst`` file.
+
+    Raises:
+        ListFormatError: a line is malformed, naming ``file:line`` and what was expected.
+        OSError: the file cannot be read.
+    """
+    return [entry for _, entry in iter_lst(path)]
