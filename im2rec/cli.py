@@ -8,11 +8,14 @@ here and nowhere else; usage errors exit with 2, as click does.
 from __future__ import annotations
 
 import functools
+import logging
+import sys
 from typing import Any, Callable
 
 import click
 
-from . import __version__, listing
+from . import __version__, image, listing
+from . import packing
 from .errors import Im2recError
 
 
@@ -33,6 +36,22 @@ def translate_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.version_option(__version__, prog_name="im2rec")
 def main() -> None:
     """Build and read MXNet RecordIO image datasets (.rec, .idx, .lst) without MXNet."""
+    _log_to_stderr()
+
+
+class _StderrHandler(logging.Handler):
+    """Library log records as 'warning: ...' lines on the current stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(f"{record.levelname.lower()}: {record.getMessage()}", err=True)
+
+
+def _log_to_stderr() -> None:
+    logger = logging.getLogger("im2rec")
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        logger.addHandler(_StderrHandler())
+        logger.setLevel(logging.WARNING)
+        logger.propagate = False
 
 
 def plural(n: int, one: str, many: str = "") -> str:
@@ -104,3 +123,103 @@ def list_command(root, prefix, exts, recursive, train_ratio, test_ratio, chunks,
         for path, count in result.lists.items():
             click.echo(f"{path}: {plural(count, 'image')}")
         click.echo(f"{result.classes_path}: {plural(len(result.classes), 'class', 'classes')}")
+
+
+class InterMethod(click.ParamType):
+    name = "METHOD"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        try:
+            return image.parse_inter_method(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+def _progress_bar(total: int, quiet: bool):
+    """A tqdm bar on stderr, or None when stderr is not a terminal or --quiet."""
+    if quiet or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="img", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+
+
+@main.command("pack")
+@click.argument("lst", metavar="LIST", type=click.Path(exists=True, dir_okay=False))
+@click.argument("root", type=click.Path(exists=True, file_okay=False))
+@click.argument("out", required=False, type=click.Path(dir_okay=False))
+@click.option("--resize", type=click.IntRange(min=0), default=0, show_default=True, help="Resize so the shorter edge is N pixels (0: keep the size).")
+@click.option("--center-crop", is_flag=True, help="Crop the central square first.")
+@click.option("--quality", type=int, default=None, help="JPEG quality 1-100 [default: 95], or PNG compression 0-9 [default: 3].")
+@click.option("--encoding", type=click.Choice(image.ENCODINGS), default=".jpg", show_default=True, help="Encoding of the stored images.")
+@click.option("--color", type=click.Choice(["1", "0", "-1"]), default="1", show_default=True, help="1: colour, 0: gray, -1: unchanged (alpha and 16 bits kept, no EXIF rotation).")
+@click.option("--pass-through", is_flag=True, help="Store each file's bytes unchanged (no decode, resize or re-encode).")
+@click.option("--inter-method", type=InterMethod(), default="linear", show_default=True, help="Resize interpolation: nearest, linear, cubic, area, lanczos, auto, random (or im2rec.cc's 0-4, 9, 10).")
+@click.option("--full-decode", is_flag=True, help="Always decode JPEGs at full size (by default a JPEG 3x larger than the target is decoded at 1/2, 1/4 or 1/8 scale: faster, less aliasing).")
+@click.option("--pack-label", is_flag=True, help="Store every label of a line that has several (flag = label count), as im2rec.py.")
+@click.option("--label-width", type=click.IntRange(min=1), default=None, help="Require exactly N labels on every line and store them all (for ImageRecordIter(label_width=N) and DALI).")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Worker processes [default: every core].")
+@click.option("--overwrite", is_flag=True, help="Replace existing outputs.")
+@quiet_option
+@translate_errors
+def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, pass_through, inter_method, full_decode, pack_label, label_width, workers, overwrite, quiet):
+    """Pack the images of LIST (paths relative to ROOT) into OUT.rec and OUT.idx.
+
+    OUT defaults to LIST with .rec. Each record holds the list index as its id and
+    .idx key, and records follow the list order: the output is the same for any
+    --workers. Bad images are skipped, listed in OUT.failed.tsv and counted.
+
+    \b
+    Examples:
+      im2rec pack train.lst images/                       # train.rec, train.idx
+      im2rec pack train.lst images/ out.rec --resize 256 --quality 90
+      im2rec pack image.lst root out.rec --resize 256 --label-width 4
+      im2rec pack train.lst images/ --pass-through         # store the files as they are
+      im2rec pack val.lst images/ --resize 256 --center-crop --encoding .png
+
+    Exit status: 0 when the run completed (even with failed images), 1 on an
+    error (bad list, existing output, write error), 2 for usage errors.
+    """
+    try:
+        image_options = image.ImageOptions(
+            resize=resize,
+            center_crop=center_crop,
+            quality=quality,
+            encoding=encoding,
+            color=int(color),
+            inter_method=inter_method,
+            pass_through=pass_through,
+            reduced_decode=not full_decode,
+        )
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="'--quality'") from None
+    options = packing.PackOptions(
+        image=image_options,
+        pack_label=pack_label,
+        label_width=label_width,
+        workers=workers or packing.default_workers(),
+        overwrite=overwrite,
+    )
+    bar = None
+    failed = 0
+
+    def progress(result):
+        nonlocal bar, failed
+        if bar is None:
+            return
+        if result.payload is None:
+            failed += 1
+            bar.set_postfix(failed=failed, refresh=False)
+        bar.update()
+
+    total = sum(1 for _ in open(lst, "rb"))
+    bar = _progress_bar(total, quiet)
+    try:
+        summary = packing.pack(lst, root, out, options, progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    if not quiet:
+        click.echo(packing.summary_line(summary))

@@ -19,6 +19,8 @@ __all__ = [
     "HeaderError",
     "ListFormatError",
     "ListingError",
+    "ImageError",
+    "PackError",
 ]
 
 
@@ -71,3 +73,17 @@ class ListFormatError(Im2recError):
 
 class ListingError(Im2recError):
     """``im2rec list`` cannot make lists from a folder (missing, empty, bad ratios)."""
+
+
+class ImageError(Im2recError):
+    """One image cannot be packed. ``kind`` is a short category for summaries
+    (``missing``, ``unreadable``, ``empty``, ``not-an-image``, ``corrupt``,
+    ``too-large``, ``encode-failed``); the message is the one-line reason."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+class PackError(Im2recError):
+    """``im2rec pack`` cannot run or must stop (bad options, outputs, write errors, too many failures)."""

@@ -1,0 +1,249 @@
+"""Packing speed and memory, measured side by side in one run.
+
+    python benchmarks/bench_pack.py [--corpus imagenet|large] [--workers 2] [--repeat 2]
+
+For each corpus (ImageNet-like: 5,000 images, shorter side 300-500 px; large:
+phone-sized photos, 1,500-3,000 px), three contenders pack the same list:
+
+* the per-core limit: a plain single-process loop (read, cv2.imdecode, cv2.resize,
+  cv2.imencode), OpenCV on one thread; `workers x limit` is the goal line;
+* an im2rec.py-style pipeline: MXNet's tools/im2rec.py structure (a feeding loop,
+  one multiprocessing.Queue per worker, cv2.imread, an unbounded reorder buffer in
+  a writer process), rebuilt here on im2rec's record writer since MXNet is not
+  installable here;
+* `im2rec pack`, as a user runs it (a subprocess of the CLI).
+
+Each is run --repeat times, interleaved; the best time counts. Peak memory is the
+largest sum of PSS over the whole process tree, sampled every 20 ms, for lists of
+5,000 and 20,000 entries (the 20,000-entry list names each image four times).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import corpus, row  # noqa: E402
+
+import cv2  # noqa: E402
+import numpy as np  # noqa: E402
+
+from im2rec import recordio  # noqa: E402
+from im2rec.lst import ListEntry, read_lst, write_lst  # noqa: E402
+
+
+# --------------------------------------------------------------------------- memory of a process tree
+
+
+def _children(pid: int) -> list:
+    out = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def _pss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def tree_pss_mb(pid: int) -> float:
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        total += _pss_kb(p)
+        stack += _children(p)
+    return total / 1024
+
+
+def run_measured(cmd: list) -> tuple:
+    """Run a command; return (seconds, peak PSS of its process tree in MB)."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    peak = 0.0
+    while proc.poll() is None:
+        peak = max(peak, tree_pss_mb(proc.pid))
+        time.sleep(0.02)
+    seconds = time.perf_counter() - t
+    if proc.returncode:
+        raise SystemExit(f"{cmd} failed with status {proc.returncode}")
+    return seconds, peak
+
+
+# --------------------------------------------------------------------------- contenders
+
+
+def naive_loop(entries, root: Path, resize: int) -> float:
+    """The per-core limit: images/s of read + imdecode + resize + imencode on one thread."""
+    cv2.setNumThreads(1)
+    t = time.perf_counter()
+    for e in entries:
+        data = (root / e.path).read_bytes()
+        img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+        h, w = img.shape[:2]
+        size = (resize, h * resize // w) if h > w else (w * resize // h, resize)
+        img = cv2.resize(img, size)
+        ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 95])
+    return len(entries) / (time.perf_counter() - t)
+
+
+def _im2rec_py_encode(args, i, item, q_out):
+    root, resize, pass_through = args
+    index, path, label = item
+    header = recordio.IRHeader(0, label, index, 0)
+    fullpath = os.path.join(root, path)
+    if pass_through:
+        with open(fullpath, "rb") as fin:
+            q_out.put((i, recordio.pack(header, fin.read()), item))
+        return
+    img = cv2.imread(fullpath, 1)
+    if img is None:
+        q_out.put((i, None, item))
+        return
+    if resize:
+        if img.shape[0] > img.shape[1]:
+            newsize = (resize, img.shape[0] * resize // img.shape[1])
+        else:
+            newsize = (img.shape[1] * resize // img.shape[0], resize)
+        img = cv2.resize(img, newsize)
+    q_out.put((i, recordio.pack_img(header, img, quality=95, img_fmt=".jpg"), item))
+
+
+def _im2rec_py_read_worker(args, q_in, q_out):
+    while True:
+        deq = q_in.get()
+        if deq is None:
+            break
+        i, item = deq
+        _im2rec_py_encode(args, i, item, q_out)
+
+
+def _im2rec_py_write_worker(q_out, out):
+    record = recordio.MXIndexedRecordIO(out[:-4] + ".idx", out, "w")
+    buf, count, more = {}, 0, True
+    while more:
+        deq = q_out.get()
+        if deq is not None:
+            i, s, item = deq
+            buf[i] = (s, item)
+        else:
+            more = False
+        while count in buf:
+            s, item = buf.pop(count)
+            if s is not None:
+                record.write_idx(item[0], s)
+            count += 1
+    record.close()
+
+
+def im2rec_py_style(lst: str, root: str, out: str, workers: int, resize: int, pass_through: bool) -> None:
+    """MXNet tools/im2rec.py's --num-thread pipeline, on im2rec's recordio."""
+    items = [(e.index, e.path, e.labels[0]) for e in read_lst(lst)]
+    args = (root, resize, pass_through)
+    q_in = [multiprocessing.Queue(1024) for _ in range(workers)]
+    q_out = multiprocessing.Queue(1024)
+    readers = [multiprocessing.Process(target=_im2rec_py_read_worker, args=(args, q_in[i], q_out)) for i in range(workers)]
+    for p in readers:
+        p.start()
+    writer = multiprocessing.Process(target=_im2rec_py_write_worker, args=(q_out, out))
+    writer.start()
+    for i, item in enumerate(items):
+        q_in[i % len(q_in)].put((i, item))
+    for q in q_in:
+        q.put(None)
+    for p in readers:
+        p.join()
+    q_out.put(None)
+    writer.join()
+
+
+# --------------------------------------------------------------------------- main
+
+
+def bench_corpus(name: str, root: Path, tmp: Path, args) -> None:
+    lst = tmp / f"{name}.lst"
+    subprocess.run([sys.executable, "-m", "im2rec", "list", str(root), str(lst)[:-4], "-q"], check=True)
+    entries = read_lst(lst)
+    n = len(entries)
+    pass_flags = [[], ["--pass-through"]] if name == "imagenet" else [[]]
+    print(f"\n== {name}: {n:,} images in {root} ({sum((root / e.path).stat().st_size for e in entries) / 1e6:.0f} MB), --workers {args.workers}")
+    limits, results = [], {}
+    for _ in range(args.repeat):
+        limits.append(naive_loop(entries, root, 256))
+        for flags in pass_flags:
+            mode = "pass-through" if flags else "resize 256"
+            cmd_py = [sys.executable, __file__, "--im2rec-py", str(lst), str(root), str(tmp / "py.rec"), str(args.workers), "0" if flags else "256", "1" if flags else "0"]
+            cmd_ours = [sys.executable, "-m", "im2rec", "pack", str(lst), str(root), str(tmp / "ours.rec"), "--workers", str(args.workers), "--overwrite", "-q"] + (flags or ["--resize", "256"])
+            for who, cmd in (("im2rec.py", cmd_py), ("im2rec", cmd_ours)):
+                seconds, mb = run_measured(cmd)
+                best = results.get((mode, who))
+                if best is None or seconds < best[0]:
+                    results[(mode, who)] = (seconds, mb)
+        same = (tmp / "py.rec").read_bytes() == (tmp / "ours.rec").read_bytes()
+    limit = max(limits)
+    goal = args.workers * limit
+    row("per-core limit (plain loop, 1 thread)", limit, "img/s", None, f"goal line {args.workers} x limit = {goal:,.0f} img/s")
+    for (mode, who), (seconds, mb) in results.items():
+        rate = n / seconds
+        if who == "im2rec.py":
+            row(f"im2rec.py-style, {mode}", rate, "img/s", rate / goal, f"of {args.workers} x limit; {seconds:.2f} s, peak {mb:.0f} MB")
+        else:
+            base = n / results[(mode, "im2rec.py")][0]
+            row(f"im2rec pack, {mode}", rate, "img/s", rate / goal, f"of {args.workers} x limit; {rate / base:.2f}x im2rec.py-style; {seconds:.2f} s, peak {mb:.0f} MB")
+    print(f"  last pass-through/last run outputs identical between the two: {same}")
+
+
+def bench_memory(root: Path, tmp: Path, args) -> None:
+    lst = tmp / "imagenet.lst"
+    entries = read_lst(lst)
+    print(f"\n== memory: peak PSS of all im2rec processes, --resize 256 --workers {args.workers}")
+    for copies in (1, 4):
+        big = tmp / f"x{copies}.lst"
+        write_lst(big, [ListEntry(c * len(entries) + e.index, e.labels, e.path) for c in range(copies) for e in entries])
+        cmd = [sys.executable, "-m", "im2rec", "pack", str(big), str(root), str(tmp / "mem.rec"), "--workers", str(args.workers), "--resize", "256", "--overwrite", "-q"]
+        seconds, mb = run_measured(cmd)
+        row(f"{copies * len(entries):,} images", mb, "MB", None, f"{seconds:.1f} s")
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--im2rec-py":
+        lst, root, out, workers, resize, pass_through = sys.argv[2:8]
+        im2rec_py_style(lst, root, out, int(workers), int(resize), pass_through == "1")
+        return
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", action="append", choices=["imagenet", "large"], help="default: both")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--no-memory", action="store_true")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="im2rec-bench-pack-"))
+    try:
+        for name in args.corpus or ["imagenet", "large"]:
+            bench_corpus(name, corpus(name), tmp, args)
+        if not args.no_memory and (not args.corpus or "imagenet" in args.corpus):
+            bench_memory(corpus("imagenet"), tmp, args)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

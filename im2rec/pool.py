@@ -1,0 +1,269 @@
+"""An ordered, bounded process pool that survives crashing workers.
+
+``OrderedPool.map(items)`` runs ``fn(item, context)`` in worker processes and
+yields the results in the order of ``items``, like ``multiprocessing.Pool.imap``,
+with three differences that ``pack`` needs:
+
+* bounded: items are read from the iterator only when there is room (at most
+  ``ahead`` items between the next result to yield and the last item sent), so
+  memory does not grow with the number of items nor with one slow item;
+* batches adapt to the result size (``weigh``), so megabyte-sized results are
+  not piled up by the dozen;
+* a worker that dies (a decoder segfault, the OOM killer) is replaced; the items
+  it held are retried one by one, and an item that kills a worker on its own
+  becomes ``crashed(item, reason)`` instead of hanging or stopping the run.
+
+Workers ignore SIGINT: the parent decides, and ``close()`` (also on Ctrl-C,
+through the context manager) terminates and reaps every worker.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Deque, Dict, Generic, Iterable, Iterator, List, Optional, Tuple, TypeVar
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+Batch = List[Tuple[int, Any]]  # (sequence number, item)
+
+
+def _worker_main(
+    tasks: Any, results: Any, fn: Callable[[Any, Any], Any], context: Any, quiet: bool, initializer: Optional[Callable[[], None]]
+) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if initializer is not None:
+        initializer()
+    if quiet:  # C libraries (libpng, libjpeg) print to fd 2; failures are reported as data instead
+        faulthandler.disable()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+    while True:
+        try:
+            batch = tasks.recv()
+        except (EOFError, OSError):
+            return
+        if batch is None:
+            return
+        started = time.perf_counter()
+        out = [(seq, fn(item, context)) for seq, item in batch]
+        try:
+            results.send((time.perf_counter() - started, out))
+        except OSError:
+            return
+
+
+@dataclass
+class _Worker:
+    process: Any
+    conn: Any  # results come in here
+    tasks: Any  # batches go out here
+    batches: Deque[Tuple[Batch, bool]] = field(default_factory=deque)  # (batch, sent alone after a crash)
+
+
+def _grow_pipe(conn: Any) -> None:
+    """Let a worker hand over a whole batch of results without waiting for the parent to read."""
+    setpipe = getattr(fcntl, "F_SETPIPE_SZ", 1031) if fcntl is not None else None
+    if setpipe is None:
+        return
+    try:
+        fcntl.fcntl(conn.fileno(), setpipe, 1 << 20)
+    except OSError:  # above /proc/sys/fs/pipe-max-size, or not a pipe
+        pass
+
+
+def _average(mean: float, value: float) -> float:
+    """An exponential moving average that starts at the first value."""
+    return 0.9 * mean + 0.1 * value if mean else float(value)
+
+
+def describe_exit(code: Optional[int]) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+class OrderedPool(Generic[T, R]):
+    """Run ``fn(item, context)`` over items in ``workers`` processes, results in order.
+
+    Args:
+        fn: a top-level function (it must pickle under every start method).
+        context: a picklable value passed to every call (sent once per worker).
+        workers: number of processes.
+        crashed: builds the result of an item whose worker died on it, from the item
+            and a description such as "killed by signal SIGSEGV".
+        weigh: the size in bytes of a result, to size batches; None counts items only.
+        max_batch: most items per batch.
+        batch_bytes: aim for batches of at most about this many result bytes.
+        batch_seconds: aim for batches of at most about this much work, so that the
+            last batches do not leave workers idle.
+        window: how many batches per worker may be in flight or waiting to be yielded;
+            more than the two queued at each worker, so that one slow batch at the
+            head does not stall the others.
+        quiet_workers: send the workers' stderr to /dev/null.
+        initializer: a top-level function each worker calls once at start.
+        mp_context: a multiprocessing context; the platform default if None.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[T, Any], R],
+        context: Any,
+        workers: int,
+        crashed: Callable[[T, str], R],
+        *,
+        weigh: Optional[Callable[[R], int]] = None,
+        max_batch: int = 16,
+        batch_bytes: int = 4 << 20,
+        batch_seconds: float = 0.05,
+        window: int = 8,
+        quiet_workers: bool = True,
+        initializer: Optional[Callable[[], None]] = None,
+        mp_context: Any = None,
+    ):
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        self._fn, self._context, self._crashed, self._weigh = fn, context, crashed, weigh
+        self._max_batch, self._batch_bytes, self._batch_seconds = max_batch, batch_bytes, batch_seconds
+        self._window = window
+        self._quiet, self._initializer = quiet_workers, initializer
+        self._mp = mp_context or multiprocessing.get_context()
+        self._workers: List[_Worker] = []
+        self._avg_weight = 0.0  # bytes per result, moving average
+        self._avg_seconds = 0.0  # work per item, moving average
+        self.crashes = 0
+        try:
+            for _ in range(workers):
+                self._workers.append(self._start())
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> _Worker:
+        task_in, task_out = self._mp.Pipe(duplex=False)
+        result_in, result_out = self._mp.Pipe(duplex=False)
+        _grow_pipe(result_out)
+        args = (task_in, result_out, self._fn, self._context, self._quiet, self._initializer)
+        p = self._mp.Process(target=_worker_main, args=args, daemon=True)
+        p.start()
+        task_in.close()
+        result_out.close()
+        return _Worker(p, result_in, task_out)
+
+    @property
+    def batch_size(self) -> int:
+        size = self._max_batch
+        if self._avg_weight:
+            size = min(size, int(self._batch_bytes // self._avg_weight))
+        if self._avg_seconds:
+            size = min(size, int(self._batch_seconds // self._avg_seconds))
+        return max(1, size)
+
+    def map(self, items: Iterable[T]) -> Iterator[R]:
+        """Yield ``fn(item, context)`` for every item, in order."""
+        source = enumerate(items)
+        lookahead: Optional[Tuple[int, T]] = next(source, None)
+        retry: Deque[Tuple[int, T]] = deque()  # items to resend alone after a crash
+        done: Dict[int, R] = {}
+        next_out = 0
+        workers = len(self._workers)
+
+        while True:
+            ahead = self._window * workers * self.batch_size
+            for w in self._workers:  # keep two batches queued at every worker
+                while len(w.batches) < 2:
+                    if retry:
+                        batch, alone = [retry.popleft()], True
+                    else:
+                        batch, alone = [], False
+                        while lookahead is not None and len(batch) < self.batch_size and lookahead[0] < next_out + ahead:
+                            batch.append(lookahead)
+                            lookahead = next(source, None)
+                        if not batch:
+                            break
+                    w.batches.append((batch, alone))
+                    try:
+                        w.tasks.send(batch)
+                    except OSError:  # it died: its sentinel fires and the batch is retried
+                        break
+            if not any(w.batches for w in self._workers):
+                break
+            waitables = {w.conn: w for w in self._workers if w.batches}
+            waitables.update({w.process.sentinel: w for w in self._workers if w.batches})
+            for ready in multiprocessing.connection.wait(list(waitables)):
+                w = waitables[ready]
+                if w not in self._workers:  # already replaced in this round
+                    continue
+                if ready is w.conn:
+                    try:
+                        seconds, results = w.conn.recv()
+                    except (EOFError, OSError):
+                        self._replace(w, retry, done)
+                        continue
+                    w.batches.popleft()
+                    self._avg_seconds = _average(self._avg_seconds, seconds / len(results))
+                    for seq, result in results:
+                        done[seq] = result
+                        if self._weigh is not None:
+                            self._avg_weight = _average(self._avg_weight, self._weigh(result))
+                elif not w.conn.poll():  # dead, with no results left to read
+                    self._replace(w, retry, done)
+            while next_out in done:
+                yield done.pop(next_out)
+                next_out += 1
+        while next_out in done:
+            yield done.pop(next_out)
+            next_out += 1
+
+    def _replace(self, w: _Worker, retry: Deque[Tuple[int, T]], done: Dict[int, R]) -> None:
+        """A worker died: start another, retry its items alone, fail the one that killed it alone."""
+        w.process.join(timeout=5)
+        reason = f"the worker process {describe_exit(w.process.exitcode)} while processing it"
+        self.crashes += 1
+        # The first batch was in progress: if it held one item, that item killed the worker.
+        # Every other item is retried alone, so that the culprit can be told apart.
+        for i, (batch, alone) in enumerate(w.batches):
+            if i == 0 and alone:
+                seq, item = batch[0]
+                done[seq] = self._crashed(item, reason)
+            else:
+                retry.extend(batch)
+        w.conn.close()
+        w.tasks.close()
+        self._workers[self._workers.index(w)] = self._start()
+
+    def close(self) -> None:
+        """Stop every worker now and reap it (idempotent)."""
+        for w in self._workers:
+            if w.process.is_alive():
+                w.process.terminate()
+        for w in self._workers:
+            w.process.join(timeout=5)
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join()
+            w.conn.close()
+            w.tasks.close()
+        self._workers = []
+
+    def __enter__(self) -> "OrderedPool[T, R]":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

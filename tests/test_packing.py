@@ -1,0 +1,206 @@
+"""`im2rec pack`: golden parity with im2rec.py, options, determinism, labels."""
+
+import shutil
+
+import cv2
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from im2rec import recordio
+from im2rec.cli import main
+from im2rec.lst import ListEntry, read_lst, write_lst
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def records(rec):
+    """{key: (header, payload)} of a .rec/.idx pair."""
+    with recordio.RecordReader(rec, str(rec)[:-4] + ".idx") as r:
+        return {k: recordio.unpack(r.read(k)) for k in r.keys()}
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_pass_through_is_byte_identical_to_im2rec_py(data_dir, tmp_path, workers):
+    golden = data_dir / "im2rec_pack_pass"
+    result = run("pack", golden / "all.lst", data_dir / "tree", tmp_path / "all.rec", "--pass-through", "--workers", workers)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "all.rec").read_bytes() == (golden / "all.rec").read_bytes()
+    assert (tmp_path / "all.idx").read_bytes() == (golden / "all.idx").read_bytes()
+    assert (tmp_path / "all.failed.tsv").read_text() == "index\tpath\treason\n"
+
+
+def test_pack_label_is_byte_identical_to_im2rec_py(data_dir, tmp_path):
+    golden = data_dir / "im2rec_pack_multilabel"
+    result = run("pack", golden / "ml.lst", data_dir / "tree", tmp_path / "ml.rec", "--pass-through", "--pack-label")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "ml.rec").read_bytes() == (golden / "ml.rec").read_bytes()
+    assert (tmp_path / "ml.idx").read_bytes() == (golden / "ml.idx").read_bytes()
+
+
+@pytest.mark.parametrize(
+    "golden,options",
+    [
+        ("im2rec_pack_resize64", ["--resize", "64", "--quality", "90"]),
+        ("im2rec_pack_crop_png", ["--resize", "48", "--center-crop", "--encoding", ".png"]),
+    ],
+)
+def test_reencoded_pixels_match_mxnet(data_dir, tmp_path, golden, options):
+    g = data_dir / golden
+    result = run("pack", g / "all.lst", data_dir / "tree", tmp_path / "all.rec", *options)
+    assert result.exit_code == 0, result.output
+    theirs, ours = records(g / "all.rec"), records(tmp_path / "all.rec")
+    assert list(ours) == list(theirs)
+    for key, (header, payload) in theirs.items():
+        assert ours[key][0] == header
+        a = cv2.imdecode(np.frombuffer(payload, np.uint8), cv2.IMREAD_UNCHANGED)
+        b = cv2.imdecode(np.frombuffer(ours[key][1], np.uint8), cv2.IMREAD_UNCHANGED)
+        assert a.shape == b.shape, key
+        assert np.abs(a.astype(int) - b).mean() <= 1.5, key
+
+
+def test_output_is_the_same_for_any_worker_count(data_dir, tmp_path):
+    lst = data_dir / "im2rec" / "all.lst"
+    for w in (1, 2, 4):
+        assert run("pack", lst, data_dir / "tree", tmp_path / f"w{w}.rec", "--resize", "40", "--workers", w).exit_code == 0
+    assert (tmp_path / "w1.rec").read_bytes() == (tmp_path / "w2.rec").read_bytes() == (tmp_path / "w4.rec").read_bytes()
+    assert (tmp_path / "w1.idx").read_bytes() == (tmp_path / "w4.idx").read_bytes()
+
+
+def test_default_output_next_to_the_list_and_summary(data_dir, tmp_path):
+    shutil.copy(data_dir / "im2rec" / "all.lst", tmp_path / "train.lst")
+    result = run("pack", tmp_path / "train.lst", data_dir / "tree", "--pass-through")
+    assert result.exit_code == 0
+    assert (tmp_path / "train.rec").exists() and (tmp_path / "train.idx").exists()
+    line = result.stdout.strip()
+    assert line.startswith(f"packed 14 of 14 images into {tmp_path / 'train.rec'} (0.2 MB) in ")
+    assert line.endswith("; 0 failed")
+    assert result.stderr == ""  # no progress bar when stderr is not a terminal
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_existing_output_needs_overwrite(data_dir, tmp_path):
+    lst = data_dir / "im2rec" / "all.lst"
+    assert run("pack", lst, data_dir / "tree", tmp_path / "o.rec", "--pass-through").exit_code == 0
+    before = (tmp_path / "o.rec").read_bytes()
+    result = run("pack", lst, data_dir / "tree", tmp_path / "o.rec", "--resize", "32")
+    assert result.exit_code == 1
+    assert result.stderr == f"Error: {tmp_path / 'o.rec'} exists: pass --overwrite to replace it\n"
+    assert (tmp_path / "o.rec").read_bytes() == before
+    assert run("pack", lst, data_dir / "tree", tmp_path / "o.rec", "--resize", "32", "--overwrite").exit_code == 0
+    assert (tmp_path / "o.rec").read_bytes() != before
+
+
+# --------------------------------------------------------------------------- labels
+
+
+def multi_label_list(data_dir, tmp_path, widths):
+    entries = read_lst(data_dir / "im2rec" / "all.lst")
+    out = [ListEntry(e.index, tuple(float(e.index + j) for j in range(w)), e.path) for e, w in zip(entries, widths)]
+    write_lst(tmp_path / "m.lst", out)
+    return tmp_path / "m.lst", out
+
+
+def test_label_width_packs_n_float_labels(data_dir, tmp_path):
+    lst, entries = multi_label_list(data_dir, tmp_path, [4] * 14)
+    result = run("pack", lst, data_dir / "tree", tmp_path / "out.rec", "--resize", "32", "--label-width", "4")
+    assert result.exit_code == 0, result.output
+    recs = records(tmp_path / "out.rec")
+    for e in entries:
+        header, payload = recs[e.index]
+        assert header.flag == 4 and header.id == e.index and header.id2 == 0
+        assert header.label.tolist() == list(e.labels)
+        assert cv2.imdecode(np.frombuffer(payload, np.uint8), 1).shape[0] >= 32
+
+
+def test_label_width_one_is_a_scalar_label(data_dir, tmp_path):
+    result = run("pack", data_dir / "im2rec" / "all.lst", data_dir / "tree", tmp_path / "o.rec", "--pass-through", "--label-width", "1")
+    assert result.exit_code == 0
+    assert (tmp_path / "o.rec").read_bytes() == (data_dir / "im2rec_pack_pass" / "all.rec").read_bytes()
+
+
+def test_label_width_mismatch_names_the_line(data_dir, tmp_path):
+    lst, _ = multi_label_list(data_dir, tmp_path, [4] * 5 + [3] + [4] * 8)
+    result = run("pack", lst, data_dir / "tree", tmp_path / "out.rec", "--label-width", "4")
+    assert result.exit_code == 1
+    assert result.stderr == f"Error: {lst}:6: expected 4 labels (--label-width 4), got 3\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.lst"]
+
+
+def test_extra_labels_are_dropped_with_one_warning(data_dir, tmp_path):
+    lst, entries = multi_label_list(data_dir, tmp_path, [1, 3, 1, 2] + [1] * 10)
+    result = run("pack", lst, data_dir / "tree", tmp_path / "out.rec", "--pass-through")
+    assert result.exit_code == 0
+    assert result.stderr == (
+        f"warning: {lst}: 2 line(s) have more than one label; only the first is packed "
+        "(use --pack-label or --label-width N to keep them all)\n"
+    )
+    recs = records(tmp_path / "out.rec")
+    assert all(recs[e.index][0].flag == 0 and recs[e.index][0].label == e.labels[0] for e in entries)
+    run("pack", lst, data_dir / "tree", tmp_path / "pl.rec", "--pass-through", "--pack-label")
+    flags = {k: h.flag for k, (h, _) in records(tmp_path / "pl.rec").items()}
+    assert flags == {e.index: (len(e.labels) if len(e.labels) > 1 else 0) for e in entries}
+
+
+# --------------------------------------------------------------------------- image options
+
+
+def decoded(rec):
+    return {k: cv2.imdecode(np.frombuffer(p, np.uint8), cv2.IMREAD_UNCHANGED) for k, (_, p) in records(rec).items()}
+
+
+def test_center_crop_resize_color_and_png(data_dir, tmp_path):
+    lst = data_dir / "im2rec" / "all.lst"
+    run("pack", lst, data_dir / "tree", tmp_path / "c.rec", "--resize", "30", "--center-crop", "--encoding", ".png", "--color", "0")
+    for img in decoded(tmp_path / "c.rec").values():
+        assert img.shape == (30, 30)
+    run("pack", lst, data_dir / "tree", tmp_path / "r.rec", "--resize", "30")
+    shapes = {k: im.shape for k, im in decoded(tmp_path / "r.rec").items()}
+    assert shapes[12] == (30, 45, 3)  # zebra_2.jpg, 150x100 -> 45x30 (long * N // short)
+    assert shapes[4] == (35, 30, 3)  # cats_2.jpg, 128x150 -> 30x35
+
+
+def test_color_unchanged_keeps_alpha(tmp_path):
+    (tmp_path / "img").mkdir()
+    rgba = np.zeros((20, 30, 4), np.uint8)
+    rgba[..., 3] = np.arange(30, dtype=np.uint8) * 8
+    cv2.imwrite(str(tmp_path / "img" / "a.png"), rgba)
+    write_lst(tmp_path / "a.lst", [ListEntry(0, (0.0,), "a.png")])
+    assert run("pack", tmp_path / "a.lst", tmp_path / "img", tmp_path / "a.rec", "--color", "-1", "--encoding", ".png").exit_code == 0
+    assert np.array_equal(decoded(tmp_path / "a.rec")[0], rgba)
+
+
+def test_inter_methods(data_dir, tmp_path):
+    lst = data_dir / "im2rec" / "all.lst"
+    out = {}
+    for method in ("linear", "1", "area", "random", "auto"):
+        assert run("pack", lst, data_dir / "tree", tmp_path / f"{method}.rec", "--resize", "50", "--inter-method", method).exit_code == 0
+        out[method] = (tmp_path / f"{method}.rec").read_bytes()
+    assert out["linear"] == out["1"] and out["linear"] != out["area"]
+    run("pack", lst, data_dir / "tree", tmp_path / "random2.rec", "--resize", "50", "--inter-method", "random", "--workers", "3")
+    assert (tmp_path / "random2.rec").read_bytes() == out["random"]  # reproducible, unlike im2rec.cc
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (["--quality", "0"], "JPEG quality must be between 1 and 100, got 0"),
+        (["--encoding", ".png", "--quality", "10"], "PNG compression must be between 0 and 9, got 10"),
+        (["--inter-method", "bicubic"], "unknown interpolation 'bicubic'"),
+        (["--encoding", ".webp"], "'.webp' is not one of '.jpg', '.png'"),
+        (["--workers", "0"], "0 is not in the range x>=1"),
+    ],
+)
+def test_bad_options_are_usage_errors(data_dir, tmp_path, options, message):
+    result = run("pack", data_dir / "im2rec" / "all.lst", data_dir / "tree", tmp_path / "o.rec", *options)
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_help_shows_examples():
+    result = run("pack", "--help")
+    assert "im2rec pack image.lst root out.rec --resize 256 --label-width 4" in result.output
+    assert "Exit status" in result.output

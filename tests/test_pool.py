@@ -1,0 +1,75 @@
+"""The ordered process pool: order, bounded read-ahead, crashing workers."""
+
+import os
+import signal
+import time
+
+from im2rec.pool import OrderedPool
+
+
+def square(x, context):
+    if x % 7 == 3:
+        time.sleep(0.01)  # out-of-order completion
+    return x * x + context
+
+
+def crash_on(x, context):
+    if x in context:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return x
+
+
+def crashed(item, reason):
+    return ("crashed", item, reason)
+
+
+def test_results_in_order():
+    with OrderedPool(square, 1, 3, crashed) as pool:
+        assert list(pool.map(range(200))) == [x * x + 1 for x in range(200)]
+        assert list(pool.map([])) == []
+
+
+def test_reads_ahead_only_a_bounded_window():
+    consumed = []
+
+    def items():
+        for i in range(10_000):
+            consumed.append(i)
+            yield i
+
+    with OrderedPool(square, 0, 2, crashed, max_batch=4) as pool:
+        it = pool.map(items())
+        for _ in range(10):
+            next(it)
+        time.sleep(0.2)
+        assert len(consumed) <= 10 + 2 * 2 * 4 + 1
+
+
+def test_batches_shrink_for_large_results():
+    with OrderedPool(square, 0, 2, crashed, weigh=lambda r: 1 << 20, batch_bytes=2 << 20) as pool:
+        list(pool.map(range(20)))
+        assert pool.batch_size == 2
+
+
+def test_a_crashing_item_is_reported_and_the_rest_survive():
+    with OrderedPool(crash_on, {5, 17}, 2, crashed, max_batch=4) as pool:
+        out = list(pool.map(range(30)))
+    assert [o for o in out if isinstance(o, int)] == [x for x in range(30) if x not in (5, 17)]
+    assert out[5] == ("crashed", 5, "the worker process killed by signal SIGSEGV while processing it")
+    assert out[17][0] == "crashed"
+    assert pool.crashes in (3, 4)  # each bad item kills its batch (or was queued behind one), then itself alone
+
+
+def test_close_reaps_every_worker():
+    pool = OrderedPool(square, 0, 3, crashed)
+    pids = [w.process.pid for w in pool._workers]
+    it = pool.map(range(100))
+    next(it)
+    pool.close()
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            alive = os.waitpid(pid, os.WNOHANG) == (0, 0)
+        except (ProcessLookupError, ChildProcessError):
+            alive = False
+        assert not alive
