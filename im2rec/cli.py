@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import signal
 import sys
 from typing import Any, Callable
 
@@ -16,7 +17,7 @@ import click
 
 from . import __version__, image, listing
 from . import packing
-from .errors import Im2recError
+from .errors import Im2recError, TooManyFailures
 
 
 def translate_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -137,13 +138,39 @@ class InterMethod(click.ParamType):
             self.fail(str(e), param, ctx)
 
 
-def _progress_bar(total: int, quiet: bool):
-    """A tqdm bar on stderr, or None when stderr is not a terminal or --quiet."""
-    if quiet or not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
+class _Bar(packing.Progress):
+    """A tqdm bar on stderr (images/s, ETA, failures so far); silent when stderr is not a terminal."""
 
-    return tqdm(total=total, unit="img", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+    def __init__(self, enabled: bool):
+        self.enabled = enabled and sys.stderr.isatty()
+        self.bar = None
+        self.failed = 0
+
+    def start(self, total: int, done: int) -> None:
+        if self.enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=done, unit="img", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+
+    def update(self, result: packing.Result) -> None:
+        if self.bar is None:
+            return
+        if result.payload is None:
+            self.failed += 1
+            self.bar.set_postfix(failed=self.failed, refresh=False)
+        self.bar.update()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that clean-up runs as for Ctrl-C."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated()
 
 
 @main.command("pack")
@@ -155,21 +182,28 @@ def _progress_bar(total: int, quiet: bool):
 @click.option("--quality", type=int, default=None, help="JPEG quality 1-100 [default: 95], or PNG compression 0-9 [default: 3].")
 @click.option("--encoding", type=click.Choice(image.ENCODINGS), default=".jpg", show_default=True, help="Encoding of the stored images.")
 @click.option("--color", type=click.Choice(["1", "0", "-1"]), default="1", show_default=True, help="1: colour, 0: gray, -1: unchanged (alpha and 16 bits kept, no EXIF rotation).")
-@click.option("--pass-through", is_flag=True, help="Store each file's bytes unchanged (no decode, resize or re-encode).")
+@click.option("--pass-through", is_flag=True, help="Store each file's bytes unchanged (no decode, resize or re-encode; cheap checks only).")
 @click.option("--inter-method", type=InterMethod(), default="linear", show_default=True, help="Resize interpolation: nearest, linear, cubic, area, lanczos, auto, random (or im2rec.cc's 0-4, 9, 10).")
 @click.option("--full-decode", is_flag=True, help="Always decode JPEGs at full size (by default a JPEG 3x larger than the target is decoded at 1/2, 1/4 or 1/8 scale: faster, less aliasing).")
+@click.option("--max-pixels", type=click.IntRange(min=1), default=image.DEFAULT_MAX_PIXELS, show_default=True, help="Skip images with more pixels than this, read from the header before decoding (decompression bombs).")
 @click.option("--pack-label", is_flag=True, help="Store every label of a line that has several (flag = label count), as im2rec.py.")
 @click.option("--label-width", type=click.IntRange(min=1), default=None, help="Require exactly N labels on every line and store them all (for ImageRecordIter(label_width=N) and DALI).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Worker processes [default: every core].")
-@click.option("--overwrite", is_flag=True, help="Replace existing outputs.")
+@click.option("--strict", is_flag=True, help="Exit with status 1 if any image failed (the outputs are still written).")
+@click.option("--max-errors", type=click.IntRange(min=0), default=None, help="Stop with status 1 as soon as more than N images have failed.")
+@click.option("--overwrite", is_flag=True, help="Replace existing outputs (and the files of an interrupted run).")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run of the same command from its last complete record.")
+@click.option("--stats", "stats_path", type=click.Path(dir_okay=False), default=None, help="Write a JSON audit record: version, options, counts, bytes, timings, sha256 of the outputs.")
 @quiet_option
 @translate_errors
-def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, pass_through, inter_method, full_decode, pack_label, label_width, workers, overwrite, quiet):
+def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, pass_through, inter_method, full_decode, max_pixels, pack_label, label_width, workers, strict, max_errors, overwrite, resume, stats_path, quiet):
     """Pack the images of LIST (paths relative to ROOT) into OUT.rec and OUT.idx.
 
     OUT defaults to LIST with .rec. Each record holds the list index as its id and
     .idx key, and records follow the list order: the output is the same for any
-    --workers. Bad images are skipped, listed in OUT.failed.tsv and counted.
+    --workers. A bad image is skipped and listed with its reason in
+    OUT.failed.tsv; the run goes on. Outputs appear only when complete; an
+    interrupted run can be continued with --resume.
 
     \b
     Examples:
@@ -178,9 +212,16 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
       im2rec pack image.lst root out.rec --resize 256 --label-width 4
       im2rec pack train.lst images/ --pass-through         # store the files as they are
       im2rec pack val.lst images/ --resize 256 --center-crop --encoding .png
+      im2rec pack train.lst images/ --strict --stats pack.json   # for CI
+      im2rec pack train.lst images/ --resize 256 --resume  # after a crash or kill
 
-    Exit status: 0 when the run completed (even with failed images), 1 on an
-    error (bad list, existing output, write error), 2 for usage errors.
+    \b
+    Exit status:
+      0  the run completed (failed images, if any, are in OUT.failed.tsv)
+      1  an error: bad list, existing output, write error; or with --strict any
+         failed image; or more failures than --max-errors
+      2  a usage error
+      130/143  interrupted by Ctrl-C / SIGTERM (rerun with --resume)
     """
     try:
         image_options = image.ImageOptions(
@@ -192,6 +233,7 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
             inter_method=inter_method,
             pass_through=pass_through,
             reduced_decode=not full_decode,
+            max_pixels=max_pixels,
         )
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="'--quality'") from None
@@ -201,25 +243,29 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
         label_width=label_width,
         workers=workers or packing.default_workers(),
         overwrite=overwrite,
+        resume=resume,
+        max_errors=max_errors,
     )
-    bar = None
-    failed = 0
-
-    def progress(result):
-        nonlocal bar, failed
-        if bar is None:
-            return
-        if result.payload is None:
-            failed += 1
-            bar.set_postfix(failed=failed, refresh=False)
-        bar.update()
-
-    total = sum(1 for _ in open(lst, "rb"))
-    bar = _progress_bar(total, quiet)
+    bar = _Bar(not quiet)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        summary = packing.pack(lst, root, out, options, progress)
+        summary = packing.pack(lst, root, out, options, bar)
+    except KeyboardInterrupt as e:
+        bar.close()
+        what = "terminated" if isinstance(e, _Terminated) else "interrupted"
+        click.echo(f"Error: {what}; the finished part is kept: rerun with --resume to continue", err=True)
+        sys.exit(143 if isinstance(e, _Terminated) else 130)
+    except TooManyFailures as e:
+        bar.close()
+        if stats_path and e.summary is not None:
+            packing.write_stats(stats_path, e.summary, options, sys.argv)
+        raise
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
+        signal.signal(signal.SIGTERM, previous)
+    if stats_path:
+        packing.write_stats(stats_path, summary, options, sys.argv)
     if not quiet:
         click.echo(packing.summary_line(summary))
+    if strict and summary.failed:
+        raise click.ClickException(f"{summary.failed:,} image(s) failed (--strict); see {summary.outputs.failed}")

@@ -21,6 +21,7 @@ __all__ = [
     "ListingError",
     "ImageError",
     "PackError",
+    "TooManyFailures",
 ]
 
 
@@ -87,3 +88,11 @@ class ImageError(Im2recError):
 
 class PackError(Im2recError):
     """``im2rec pack`` cannot run or must stop (bad options, outputs, write errors, too many failures)."""
+
+
+class TooManyFailures(PackError):
+    """More images failed than ``--max-errors`` allows; ``summary`` tells what was done."""
+
+    def __init__(self, message: str, summary: object = None):
+        super().__init__(message)
+        self.summary = summary

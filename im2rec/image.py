@@ -220,7 +220,7 @@ def _describe_start(data: bytes) -> str:
 def _check_header(data: bytes, max_pixels: int) -> Optional[Tuple[str, int, int]]:
     """Checks common to every mode: empty, known format, complete JPEG, pixel count."""
     if not data:
-        raise ImageError("empty", "empty file (0 bytes)")
+        raise ImageError("empty", "the file is empty (0 bytes)")
     info = image_info(data)
     if info is None:
         return None
@@ -243,7 +243,7 @@ def check_passthrough(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> None
         ImageError: the file is not an image that can be stored.
     """
     if _check_header(data, max_pixels) is None and image_format(data) is None:
-        raise ImageError("not-an-image", f"not an image: {_describe_start(data)}")
+        raise ImageError("not-an-image", _describe_start(data))
 
 
 # --------------------------------------------------------------------------- transform
@@ -304,8 +304,8 @@ def decode(data: bytes, opts: ImageOptions) -> np.ndarray:
     if img is None:
         fmt = info[0] if info else image_format(data)
         if fmt is None:
-            raise ImageError("not-an-image", f"not an image: {_describe_start(data)}")
-        raise ImageError("corrupt", f"corrupt or truncated {fmt} data: OpenCV could not decode it")
+            raise ImageError("not-an-image", _describe_start(data))
+        raise ImageError("corrupt", f"OpenCV could not decode the {fmt} data (corrupt or truncated)")
     if info is None and img.shape[0] * img.shape[1] > opts.max_pixels:
         h, w = img.shape[:2]
         raise ImageError("too-large", f"{w}x{h} = {w * h:,} pixels is above --max-pixels {opts.max_pixels:,}")

@@ -5,13 +5,21 @@ The pipeline is three stages joined in ``pack()``:
 1. ``check_list`` reads the whole ``.lst`` once, before any image is touched: a
    malformed line, a duplicate index or a wrong label count stops the run with
    ``file:line`` and nothing is written.
-2. ``OrderedPool`` runs ``encode_record`` in worker processes: read the file,
-   ``image.transform`` it, ``recordio.pack`` it with its IRHeader. A bad image
-   comes back as a Result with a reason, never as an exception.
-3. The writer, in this process, takes results in list order and writes the
-   records and their ``.idx`` lines through one ``RecordWriter`` and the failures
-   to ``OUT.failed.tsv``, all under temporary names that are renamed into place
-   only when the run completes.
+2. ``encode_record`` turns a Task into a Result: read the file, ``image.transform``
+   it, ``recordio.pack`` it with its IRHeader. A bad image is a Result with a
+   reason, never an exception. It runs in an ``OrderedPool`` of worker processes,
+   or in this process for ``--pass-through`` (reading a file costs less than
+   handing it between processes).
+3. ``_write`` takes the Results in list order and writes the records and their
+   ``.idx`` lines through one ``RecordWriter``, and the failures to
+   ``OUT.failed.tsv``.
+
+Nothing is written under a final name until the run is complete: the outputs
+grow as ``OUT.rec.partial``, ``OUT.idx.partial`` and ``OUT.failed.tsv.partial``
+(next to a ``OUT.resume.json`` that records the command), are fsynced, then
+renamed. An interrupted or killed run leaves only those; ``resume=True`` cuts a
+torn record off their end and continues after the last complete record, so the
+final files are byte-identical to those of an uninterrupted run.
 
 Each record's header id and ``.idx`` key is the list index, id2 is 0, and records
 follow the list order, as MXNet's im2rec.py writes them: identical options give
@@ -20,26 +28,44 @@ identical bytes whatever the number of workers.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import logging
 import os
 import time
 from array import array
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, NamedTuple, Optional, Tuple, Union
+from typing import IO, Callable, Iterable, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
-from . import recordio
-from .errors import ImageError, ListFormatError, PackError
+from . import __version__, recordio
+from .errors import ImageError, ListFormatError, PackError, RecordIOError, TooManyFailures
 from .fsutil import commit, remove_quietly
 from .image import ImageOptions, init_worker, transform
 from .lst import iter_lst
 from .pool import OrderedPool
 
-__all__ = ["PackOptions", "PackSummary", "Task", "Result", "pack", "check_list", "encode_record", "output_paths"]
+__all__ = [
+    "PackOptions",
+    "PackSummary",
+    "Task",
+    "Result",
+    "Outputs",
+    "Progress",
+    "pack",
+    "check_list",
+    "encode_record",
+    "write_stats",
+    "summary_line",
+]
 
 log = logging.getLogger(__name__)
+
+FAILED_HEADER = "index\tpath\treason\n"
 
 
 def default_workers() -> int:
@@ -60,7 +86,9 @@ class PackOptions:
         label_width: every line must have exactly this many labels; all are stored
             (as float32 labels after the header when > 1, as the scalar label when 1).
         workers: worker processes.
-        overwrite: replace existing outputs.
+        overwrite: replace existing outputs (and discard an interrupted run's files).
+        resume: continue an interrupted run from its last complete record.
+        max_errors: stop (and fail) when more images than this have failed.
     """
 
     image: ImageOptions = field(default_factory=ImageOptions)
@@ -68,12 +96,24 @@ class PackOptions:
     label_width: Optional[int] = None
     workers: int = field(default_factory=default_workers)
     overwrite: bool = False
+    resume: bool = False
+    max_errors: Optional[int] = None
 
     def __post_init__(self) -> None:
         if self.label_width is not None and self.label_width < 1:
             raise ValueError(f"label_width must be at least 1, got {self.label_width}")
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
+        if self.max_errors is not None and self.max_errors < 0:
+            raise ValueError(f"max_errors must be 0 or more, got {self.max_errors}")
+
+    def output_affecting(self) -> dict:
+        """The options that change the bytes written (what a resumed run must share)."""
+        return {
+            "image": dataclasses.asdict(self.image),
+            "pack_label": self.pack_label,
+            "label_width": self.label_width,
+        }
 
 
 class Task(NamedTuple):
@@ -87,7 +127,7 @@ class Task(NamedTuple):
 
 
 class Result(NamedTuple):
-    """What a worker made of a Task: the record payload, or why there is none."""
+    """What became of a Task: the record payload, or the kind and reason of its failure."""
 
     task: Task
     payload: Optional[bytes]
@@ -97,26 +137,68 @@ class Result(NamedTuple):
 
 @dataclass
 class PackSummary:
-    """What a pack run did."""
+    """What a pack run did (resumed runs include the work of the interrupted one)."""
 
-    rec: str
-    idx: str
-    failed_tsv: str
-    images: int = 0  # lines in the list
+    lst: str
+    root: str
+    outputs: "Outputs"
+    images: int = 0  # entries in the list
     packed: int = 0
     failures: Counter = field(default_factory=Counter)  # kind -> count
     bytes: int = 0
     seconds: float = 0.0
+    resumed_from: int = 0  # list entries already done by an interrupted run
+    resumed_packed: int = 0  # records already written by it
+    complete: bool = False
+    already_complete: bool = False  # resume=True found the outputs finished
 
     @property
     def failed(self) -> int:
         return sum(self.failures.values())
 
 
-def output_paths(out_rec: str) -> Tuple[str, str, str]:
-    """(rec, idx, failed.tsv) for an output ``.rec`` path: same folder and stem."""
-    stem = os.path.splitext(out_rec)[0]
-    return out_rec, stem + ".idx", stem + ".failed.tsv"
+class Progress:
+    """Receives progress from ``pack``; the CLI draws a bar with it. The default does nothing."""
+
+    def start(self, total: int, done: int) -> None:
+        """The run starts: ``total`` list entries, ``done`` of them already handled (resume)."""
+
+    def update(self, result: Result) -> None:
+        """One more entry was written (or failed)."""
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The files of one pack run: final names, and the partial names they grow under."""
+
+    rec: str
+    idx: str
+    failed: str
+
+    @classmethod
+    def for_rec(cls, rec: str) -> "Outputs":
+        """``OUT.rec`` -> OUT.rec, OUT.idx, OUT.failed.tsv (same folder and stem)."""
+        stem = os.path.splitext(rec)[0]
+        return cls(rec, stem + ".idx", stem + ".failed.tsv")
+
+    @property
+    def finals(self) -> Tuple[str, str, str]:
+        return (self.rec, self.idx, self.failed)
+
+    @property
+    def partials(self) -> Tuple[str, str, str]:
+        return tuple(p + ".partial" for p in self.finals)  # type: ignore[return-value]
+
+    @property
+    def state(self) -> str:
+        return os.path.splitext(self.rec)[0] + ".resume.json"
+
+    def remove_partials(self) -> None:
+        for path in (*self.partials, self.state):
+            remove_quietly(path)
 
 
 # --------------------------------------------------------------------------- stage 1: the list
@@ -139,6 +221,8 @@ def _label_of(labels: Tuple[float, ...], opts: PackOptions) -> Union[float, Tupl
 def check_list(lst: str, opts: PackOptions) -> ListCheck:
     """Read the whole list once: syntax, unique indices, label counts.
 
+    Memory: 16 bytes per line (the indices and line numbers), whatever the paths.
+
     Raises:
         ListFormatError: naming ``file:line``; no image has been read yet.
     """
@@ -156,27 +240,29 @@ def check_list(lst: str, opts: PackOptions) -> ListCheck:
             extra += 1
         indices.append(entry.index)
         lines.append(lineno)
+    if not indices:
+        raise ListFormatError(f"{lst}: the list has no entries")
     idx = np.frombuffer(indices, dtype=np.uint64)
-    if idx.size:
-        order = np.argsort(idx, kind="stable")
-        sorted_idx = idx[order]
-        dup = np.flatnonzero(sorted_idx[1:] == sorted_idx[:-1])
-        if dup.size:
-            first, second = int(order[dup[0]]), int(order[dup[0] + 1])
-            raise ListFormatError(
-                f"{lst}:{lines[second]}: index {int(idx[second])} was already used on line {lines[first]} "
-                f"(indices become .idx keys and must be unique)"
-            )
+    order = np.argsort(idx, kind="stable")
+    sorted_idx = idx[order]
+    dup = np.flatnonzero(sorted_idx[1:] == sorted_idx[:-1])
+    if dup.size:
+        first, second = int(order[dup[0]]), int(order[dup[0] + 1])
+        raise ListFormatError(
+            f"{lst}:{lines[second]}: index {int(idx[second])} was already used on line {lines[first]} "
+            f"(indices become .idx keys and must be unique)"
+        )
     return ListCheck(len(indices), extra)
 
 
-def iter_tasks(lst: str, root: str, opts: PackOptions) -> Iterator[Task]:
-    """The list's entries as Tasks, read lazily (the list was checked by check_list)."""
+def iter_tasks(lst: str, root: str, opts: PackOptions, start: int = 0) -> Iterator[Task]:
+    """The list's entries from position ``start`` on, as Tasks, read lazily."""
     for seq, (_, entry) in enumerate(iter_lst(lst)):
-        yield Task(seq, entry.index, _label_of(entry.labels, opts), entry.path, os.path.join(root, entry.path))
+        if seq >= start:
+            yield Task(seq, entry.index, _label_of(entry.labels, opts), entry.path, os.path.join(root, entry.path))
 
 
-# --------------------------------------------------------------------------- stage 2: the workers
+# --------------------------------------------------------------------------- stage 2: encoding
 
 
 def _read_file(path: str) -> bytes:
@@ -199,7 +285,7 @@ def encode_record(task: Task, opts: ImageOptions) -> Result:
         body = transform(_read_file(task.file), opts, task.index)
         payload = recordio.pack(recordio.IRHeader(0, task.label, task.index, 0), body)
         if len(payload) > recordio.MAX_RECORD_SIZE:
-            return Result(task, None, "too-large", f"record of {len(payload):,} bytes is above RecordIO's 2**29 limit")
+            return Result(task, None, "too-large", f"record of {len(payload):,} bytes is above RecordIO's 2**29-byte limit")
         return Result(task, payload)
     except ImageError as e:
         return Result(task, None, e.kind, str(e))
@@ -210,21 +296,147 @@ def encode_record(task: Task, opts: ImageOptions) -> Result:
 
 
 def _crashed(task: Task, reason: str) -> Result:
-    return Result(task, None, "crashed", reason)
+    return Result(task, None, "crashed", reason.replace("this item", "this image"))
 
 
 def _weigh(result: Result) -> int:
     return len(result.payload) if result.payload is not None else 0
 
 
-# --------------------------------------------------------------------------- stage 3: the writer
+@contextmanager
+def _encoder(opts: PackOptions) -> Iterator[Callable[[Iterable[Task]], Iterator[Result]]]:
+    """Stage 2 as a function from Tasks to Results in order: a process pool, or inline."""
+    if opts.image.pass_through:
+        yield lambda tasks: (encode_record(t, opts.image) for t in tasks)
+        return
+    with OrderedPool(
+        encode_record, opts.image, opts.workers, _crashed, weigh=_weigh, initializer=init_worker, preload=(__name__,)
+    ) as pool:
+        yield pool.map
+
+
+# --------------------------------------------------------------------------- stage 3: writing
 
 
 def _tsv_field(text: str) -> str:
     return text.replace("\t", " ").replace("\n", " ").replace("\r", " ")
 
 
-ProgressFn = Callable[[Result], None]
+def _write(
+    results: Iterable[Result],
+    writer: recordio.RecordWriter,
+    failed: IO[str],
+    summary: PackSummary,
+    opts: PackOptions,
+    progress: Progress,
+) -> None:
+    for result in results:
+        task = result.task
+        if result.payload is not None:
+            writer.write_idx(task.index, result.payload)
+            summary.packed += 1
+        else:
+            failed.write(f"{task.index}\t{_tsv_field(task.path)}\t{result.kind}: {_tsv_field(result.reason)}\n")
+            failed.flush()  # before any later record reaches the disk, so that --resume keeps it
+            summary.failures[result.kind] += 1
+            if opts.max_errors is not None and summary.failed > opts.max_errors:
+                raise TooManyFailures(
+                    f"stopped after {summary.failed} failed images (more than --max-errors {opts.max_errors}); "
+                    f"the last: {task.path}: {result.kind}: {result.reason}",
+                    summary,
+                )
+        progress.update(result)
+
+
+# --------------------------------------------------------------------------- resuming
+
+
+def _fingerprint(lst: str, root: str, opts: PackOptions) -> dict:
+    h = hashlib.sha256()
+    with open(lst, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return {"list": os.path.abspath(lst), "list_sha256": h.hexdigest(), "root": os.path.abspath(root), "options": opts.output_affecting()}
+
+
+def _resume(out: Outputs, lst: str, rec_file: IO[bytes], idx_file: IO[str], failed_file: IO[str], summary: PackSummary) -> None:
+    """Continue an interrupted run: keep its complete records, cut a torn one off, find where to go on.
+
+    The ``.idx`` lines are rebuilt from the records' headers (key = id, as pack
+    writes them), since the old ``.idx`` may lag behind the ``.rec``. Failures
+    listed before the last complete record are kept; later ones will be retried.
+    """
+    last_key, end = None, 0
+    with recordio.RecordReader(out.partials[0]) as reader:
+        try:
+            for offset, payload in reader.scan():
+                last_key = recordio.unpack(payload)[0].id
+                idx_file.write(f"{last_key}\t{offset}\n")
+                summary.packed += 1
+                end = offset + recordio.framed_size(payload)
+        except RecordIOError:
+            pass  # a torn record at the end: cut off below
+    rec_file.truncate(end)
+    rec_file.seek(end)
+    old_failures = []  # (index, line)
+    if os.path.exists(out.partials[2]):
+        with open(out.partials[2], encoding="utf-8") as f:
+            for line in f.read().splitlines()[1:]:
+                index = line.split("\t", 1)[0]
+                if index.isdigit():
+                    old_failures.append((int(index), line))
+    failed_indices = {index for index, _ in old_failures}
+    done_failures = set()
+    if last_key is not None:
+        for seq, (_, entry) in enumerate(iter_lst(lst)):
+            if entry.index in failed_indices:
+                done_failures.add(entry.index)
+            if entry.index == last_key:
+                summary.resumed_from = seq + 1
+                break
+    failed_file.write(FAILED_HEADER)
+    for index, line in old_failures:
+        if index in done_failures:
+            failed_file.write(line + "\n")
+            summary.failures[line.rsplit("\t", 1)[-1].split(":", 1)[0]] += 1
+    summary.resumed_packed = summary.packed
+
+
+def _prepare_outputs(out: Outputs, lst: str, root: str, opts: PackOptions) -> bool:
+    """Check what exists: True to resume an interrupted run, False to start afresh.
+
+    Raises:
+        PackError: an output exists and neither --overwrite nor (for a partial run) --resume was given.
+    """
+    partial_exists = any(os.path.exists(p) for p in (*out.partials, out.state))
+    finals_exist = [p for p in out.finals if os.path.exists(p)]
+    if opts.overwrite:
+        out.remove_partials()
+        return False
+    if opts.resume and partial_exists:
+        if not os.path.exists(out.state) or not os.path.exists(out.partials[0]):
+            raise PackError(f"cannot resume: {out.state} or {out.partials[0]} is missing; use --overwrite to start again")
+        with open(out.state, encoding="utf-8") as f:
+            saved = json.load(f)
+        now = _fingerprint(lst, root, opts)
+        changed = [k for k in now if saved.get(k) != now[k]]
+        if changed:
+            raise PackError(
+                f"cannot resume {out.rec}: the interrupted run had a different {', '.join(changed)}; "
+                f"rerun the same command with --resume, or use --overwrite to start again"
+            )
+        return True
+    if partial_exists:
+        raise PackError(
+            f"{out.partials[0]} is left from an interrupted run: pass --resume to continue it, "
+            f"or --overwrite to start again"
+        )
+    if finals_exist:
+        raise PackError(f"{finals_exist[0]} exists: pass --overwrite to replace it")
+    return False
+
+
+# --------------------------------------------------------------------------- the run
 
 
 def pack(
@@ -232,7 +444,7 @@ def pack(
     root: str,
     out_rec: Optional[str] = None,
     options: Optional[PackOptions] = None,
-    progress: Optional[ProgressFn] = None,
+    progress: Optional[Progress] = None,
 ) -> PackSummary:
     """Pack the images of a ``.lst`` into ``OUT.rec`` and ``OUT.idx``.
 
@@ -241,28 +453,31 @@ def pack(
         root: the folder the list's paths are relative to.
         out_rec: the output ``.rec``; default: the list's path with ``.rec``.
         options: see PackOptions.
-        progress: called with every Result, in list order, as it is written.
+        progress: told of the start and of every entry written.
 
     Returns:
         A PackSummary; failed images are listed in ``OUT.failed.tsv``.
 
     Raises:
         ListFormatError: the list is malformed (nothing is written).
-        PackError: an output exists (without ``overwrite``) or cannot be written.
+        PackError: an output exists (without ``overwrite``), a write failed, or
+            ``max_errors`` was passed. The partial files are kept for ``resume``.
+        KeyboardInterrupt: on Ctrl-C; workers are stopped, partial files kept.
     """
     opts = options or PackOptions()
+    progress = progress or Progress()
     started = time.perf_counter()
-    rec, idx, failed_tsv = output_paths(out_rec or os.path.splitext(lst)[0] + ".rec")
-    summary = PackSummary(rec, idx, failed_tsv)
+    out = Outputs.for_rec(out_rec or os.path.splitext(lst)[0] + ".rec")
+    summary = PackSummary(lst, root, out)
     if not os.path.isdir(root):
         raise PackError(f"{root}: no such folder")
-    out_dir = os.path.dirname(os.path.abspath(rec))
+    out_dir = os.path.dirname(os.path.abspath(out.rec))
     if not os.path.isdir(out_dir):
         raise PackError(f"{out_dir}: the output folder does not exist")
-    if not opts.overwrite:
-        for path in (rec, idx, failed_tsv):
-            if os.path.exists(path):
-                raise PackError(f"{path} exists: pass --overwrite to replace it")
+    if opts.resume and not opts.overwrite and all(os.path.exists(p) for p in out.finals) and not os.path.exists(out.state):
+        summary.already_complete = summary.complete = True  # an earlier run finished: nothing to do
+        return summary
+
     check = check_list(lst, opts)
     summary.images = check.lines
     if check.extra_labels:
@@ -272,48 +487,98 @@ def pack(
             lst,
             check.extra_labels,
         )
-
-    finals = (rec, idx, failed_tsv)
-    partials = tuple(p + ".partial" for p in finals)
+    resuming = _prepare_outputs(out, lst, root, opts)
+    rec_p, idx_p, failed_p = out.partials
     try:
-        with recordio.RecordWriter(partials[0], partials[1]) as writer, open(
-            partials[2], "w", encoding="utf-8", newline="\n"
-        ) as failures, OrderedPool(
-            encode_record, opts.image, opts.workers, _crashed, weigh=_weigh, initializer=init_worker
-        ) as pool:
-            failures.write("index\tpath\treason\n")
-            for result in pool.map(iter_tasks(lst, root, opts)):
-                task = result.task
-                if result.payload is not None:
-                    writer.write_idx(task.index, result.payload)
-                    summary.packed += 1
-                else:
-                    failures.write(f"{task.index}\t{_tsv_field(task.path)}\t{_tsv_field(result.reason)}\n")
-                    summary.failures[result.kind] += 1
-                if progress is not None:
-                    progress(result)
-            summary.bytes = writer.tell()
-        for tmp, final in zip(partials, finals):
+        if not resuming:
+            with open(out.state, "w", encoding="utf-8") as f:
+                json.dump(_fingerprint(lst, root, opts), f)
+            open(rec_p, "wb").close()
+        with open(rec_p, "r+b") as rec_file, open(idx_p + ".new", "w", encoding="utf-8", newline="\n") as idx_file, open(
+            failed_p + ".new", "w", encoding="utf-8", newline="\n"
+        ) as failed_file:
+            if resuming:
+                _resume(out, lst, rec_file, idx_file, failed_file, summary)
+            else:
+                failed_file.write(FAILED_HEADER)
+            os.replace(idx_p + ".new", idx_p)
+            os.replace(failed_p + ".new", failed_p)
+            with recordio.RecordWriter(rec_file, idx_file) as writer:
+                progress.start(summary.images, summary.resumed_from)
+                with _encoder(opts) as encode:
+                    tasks = iter_tasks(lst, root, opts, start=summary.resumed_from)
+                    _write(encode(tasks), writer, failed_file, summary, opts, progress)
+                summary.bytes = writer.tell()
+        for tmp, final in zip(out.partials, out.finals):
             commit(tmp, final)
+        remove_quietly(out.state)
     except OSError as e:
-        for tmp in partials:
-            remove_quietly(tmp)
-        name = e.filename or rec
-        raise PackError(f"cannot write {name}: {e.strerror or e}") from None
-    except BaseException:
-        for tmp in partials:
-            remove_quietly(tmp)
-        raise
+        raise PackError(
+            f"{e.filename or rec_p}: {e.strerror or e}; the partial output is kept: "
+            f"rerun with --resume once this is fixed (or --overwrite to start again)"
+        ) from None
+    summary.complete = True
     summary.seconds = time.perf_counter() - started
     return summary
 
 
+# --------------------------------------------------------------------------- reporting
+
+
 def summary_line(s: PackSummary) -> str:
     """One line for humans: packed, failed by reason, bytes, seconds."""
-    rate = s.packed / s.seconds if s.seconds else 0.0
-    failed = ", ".join(f"{n} {kind}" for kind, n in sorted(s.failures.items()))
+    if s.already_complete:
+        return f"{s.outputs.rec} is already complete: nothing to resume"
+    rate = (s.packed - s.resumed_packed) / s.seconds if s.seconds else 0.0
+    failed = ", ".join(f"{n:,} {kind}" for kind, n in sorted(s.failures.items()))
+    resumed = f" (resumed after {s.resumed_from:,})" if s.resumed_from else ""
     return (
-        f"packed {s.packed:,} of {s.images:,} images into {s.rec} ({s.bytes / 1e6:,.1f} MB) "
+        f"packed {s.packed:,} of {s.images:,} images{resumed} into {s.outputs.rec} ({s.bytes / 1e6:,.1f} MB) "
         f"in {s.seconds:.1f} s ({rate:,.0f} images/s); "
-        + (f"{s.failed:,} failed ({failed}), see {s.failed_tsv}" if s.failed else "0 failed")
+        + (f"{s.failed:,} failed ({failed}), listed in {s.outputs.failed}" if s.failed else "0 failed")
     )
+
+
+def _sha256(path: str) -> Optional[str]:
+    if not os.path.exists(path):
+        return None
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_stats(path: str, summary: PackSummary, options: PackOptions, argv: Optional[List[str]] = None) -> dict:
+    """Write the JSON audit record of a run (atomically) and return it.
+
+    It holds the im2rec version, the command line, every option, the counts
+    (packed, failed by reason), bytes, timings, and the sha256 of the ``.rec``
+    and ``.idx`` written: enough to reproduce and audit the run.
+    """
+    s = summary
+    stats = {
+        "im2rec": __version__,
+        "argv": argv,
+        "list": os.path.abspath(s.lst),
+        "root": os.path.abspath(s.root),
+        "options": dataclasses.asdict(options),
+        "complete": s.complete,
+        "counts": {"images": s.images, "packed": s.packed, "failed": s.failed, "failed_by_reason": dict(sorted(s.failures.items()))},
+        "resumed_from": s.resumed_from,
+        "bytes": s.bytes,
+        "seconds": round(s.seconds, 3),
+        "images_per_second": round(s.packed / s.seconds, 1) if s.seconds else None,
+        "outputs": {
+            "rec": {"path": os.path.abspath(s.outputs.rec), "sha256": _sha256(s.outputs.rec)},
+            "idx": {"path": os.path.abspath(s.outputs.idx), "sha256": _sha256(s.outputs.idx)},
+            "failed": {"path": os.path.abspath(s.outputs.failed), "sha256": _sha256(s.outputs.failed)},
+        },
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    tmp = path + ".partial"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(stats, f, indent=1)
+        f.write("\n")
+    commit(tmp, path)
+    return stats

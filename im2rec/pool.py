@@ -85,17 +85,34 @@ def _grow_pipe(conn: Any) -> None:
         pass
 
 
+def default_context(preload: Tuple[str, ...] = ()) -> Any:
+    """The "forkserver" context where there is one, else "spawn"; never plain "fork".
+
+    Forking a process that has already used OpenCV (or any library with a thread
+    pool) copies a locked pool without its threads, and the child hangs on its first
+    parallel call: a notebook that decoded one image before calling ``pack`` would
+    freeze. A fork server is a clean process started once; workers fork from it.
+    """
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        if preload:
+            ctx.set_forkserver_preload(list(preload))
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
 def _average(mean: float, value: float) -> float:
     """An exponential moving average that starts at the first value."""
     return 0.9 * mean + 0.1 * value if mean else float(value)
 
 
 def describe_exit(code: Optional[int]) -> str:
+    """How a process ended, from its exit code: "was killed by signal SIGSEGV", "exited with status 3"."""
     if code is not None and code < 0:
         try:
-            return f"killed by signal {signal.Signals(-code).name}"
+            return f"was killed by signal {signal.Signals(-code).name}"
         except ValueError:
-            return f"killed by signal {-code}"
+            return f"was killed by signal {-code}"
     return f"exited with status {code}"
 
 
@@ -118,7 +135,8 @@ class OrderedPool(Generic[T, R]):
             head does not stall the others.
         quiet_workers: send the workers' stderr to /dev/null.
         initializer: a top-level function each worker calls once at start.
-        mp_context: a multiprocessing context; the platform default if None.
+        preload: modules the fork server imports once, so that workers start fast.
+        mp_context: a multiprocessing context; default: see ``default_context``.
     """
 
     def __init__(
@@ -135,6 +153,7 @@ class OrderedPool(Generic[T, R]):
         window: int = 8,
         quiet_workers: bool = True,
         initializer: Optional[Callable[[], None]] = None,
+        preload: Tuple[str, ...] = (),
         mp_context: Any = None,
     ):
         if workers < 1:
@@ -143,7 +162,7 @@ class OrderedPool(Generic[T, R]):
         self._max_batch, self._batch_bytes, self._batch_seconds = max_batch, batch_bytes, batch_seconds
         self._window = window
         self._quiet, self._initializer = quiet_workers, initializer
-        self._mp = mp_context or multiprocessing.get_context()
+        self._mp = mp_context or default_context(preload)
         self._workers: List[_Worker] = []
         self._avg_weight = 0.0  # bytes per result, moving average
         self._avg_seconds = 0.0  # work per item, moving average
@@ -234,7 +253,7 @@ class OrderedPool(Generic[T, R]):
     def _replace(self, w: _Worker, retry: Deque[Tuple[int, T]], done: Dict[int, R]) -> None:
         """A worker died: start another, retry its items alone, fail the one that killed it alone."""
         w.process.join(timeout=5)
-        reason = f"the worker process {describe_exit(w.process.exitcode)} while processing it"
+        reason = f"the worker process {describe_exit(w.process.exitcode)} while processing this item"
         self.crashes += 1
         # The first batch was in progress: if it held one item, that item killed the worker.
         # Every other item is retried alone, so that the culprit can be told apart.

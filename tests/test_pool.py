@@ -37,7 +37,7 @@ def test_reads_ahead_only_a_bounded_window():
             consumed.append(i)
             yield i
 
-    with OrderedPool(square, 0, 2, crashed, max_batch=4) as pool:
+    with OrderedPool(square, 0, 2, crashed, max_batch=4, window=2) as pool:
         it = pool.map(items())
         for _ in range(10):
             next(it)
@@ -55,7 +55,7 @@ def test_a_crashing_item_is_reported_and_the_rest_survive():
     with OrderedPool(crash_on, {5, 17}, 2, crashed, max_batch=4) as pool:
         out = list(pool.map(range(30)))
     assert [o for o in out if isinstance(o, int)] == [x for x in range(30) if x not in (5, 17)]
-    assert out[5] == ("crashed", 5, "the worker process killed by signal SIGSEGV while processing it")
+    assert out[5] == ("crashed", 5, "the worker process was killed by signal SIGSEGV while processing this item")
     assert out[17][0] == "crashed"
     assert pool.crashes in (3, 4)  # each bad item kills its batch (or was queued behind one), then itself alone
 

@@ -1,0 +1,359 @@
+"""`pack` loses nothing: bad images, bad lists, interrupts, full disks, resume, audit trail."""
+
+import hashlib
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import cv2
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from im2rec import recordio
+from im2rec.cli import main
+from im2rec.lst import ListEntry, write_lst
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def cli(*args, **kwargs):
+    return subprocess.Popen([sys.executable, "-m", "im2rec", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def jpeg_bytes(h=60, w=80, seed=0):
+    rng = np.random.default_rng(seed)
+    img = cv2.GaussianBlur(rng.integers(0, 255, (h, w, 3), dtype=np.uint8), (5, 5), 0)
+    return cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 90])[1].tobytes()
+
+
+def png_bytes(img):
+    return cv2.imencode(".png", img)[1].tobytes()
+
+
+@pytest.fixture
+def mixed(tmp_path, data_dir):
+    """A folder of good, odd-but-valid and broken images, and a list naming them all."""
+    root = tmp_path / "img"
+    root.mkdir()
+    good = jpeg_bytes()
+    odd = data_dir / "odd"
+    files = {
+        "good.jpg": good,
+        "gray.png": png_bytes(np.full((9, 7), 100, np.uint8)),
+        "rgba.png": (odd / "rgba.png").read_bytes(),
+        "sixteen.png": (odd / "gray16.png").read_bytes(),
+        "cmyk.jpg": (odd / "cmyk.jpg").read_bytes(),
+        "progressive.jpg": (odd / "progressive.jpg").read_bytes(),
+        "exif.jpg": (odd / "exif_rotated.jpg").read_bytes(),
+        "tiny.png": (odd / "tiny.png").read_bytes(),
+        "été à la plage.jpg": good,
+        "UPPER.JPG": good,
+        "really_a_png.jpg": png_bytes(np.full((5, 5, 3), 7, np.uint8)),
+        "empty.jpg": b"",
+        "truncated.jpg": good[: len(good) // 2],
+        "truncated.png": png_bytes(np.full((40, 40, 3), 9, np.uint8))[:60],
+        "page.jpg": b"<!DOCTYPE html><html><body>Not Found</body></html>",
+        "noise.png": bytes(np.random.default_rng(1).integers(0, 256, 3000, dtype=np.uint8)),
+    }
+    bomb = bytearray(png_bytes(np.zeros((2, 2), np.uint8)))
+    bomb[16:24] = (50000).to_bytes(4, "big") * 2
+    files["bomb.png"] = bytes(bomb)
+    corrupt = bytearray(good)
+    corrupt[200:-2] = b"\xff" * (len(corrupt) - 202)
+    files["corrupt.jpg"] = bytes(corrupt)
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+    (root / "folder.jpg").mkdir()
+    names = list(files) + ["missing.jpg", "folder.jpg"]
+    entries = [ListEntry(i, (float(i % 3),), name) for i, name in enumerate(names)]
+    write_lst(tmp_path / "mixed.lst", entries)
+    return tmp_path / "mixed.lst", root, {e.path: e.index for e in entries}
+
+
+BAD = {
+    "empty.jpg": "empty: the file is empty (0 bytes)",
+    "truncated.jpg": "corrupt: truncated JPEG: no end-of-image marker after byte",
+    "truncated.png": "corrupt: OpenCV could not decode the PNG data (corrupt or truncated)",
+    "page.jpg": "not-an-image: it starts with '<!DOCTYPE ht' (text)",
+    "noise.png": "not-an-image: it starts with bytes",
+    "bomb.png": "too-large: PNG of 50000x50000 = 2,500,000,000 pixels is above --max-pixels 89,478,485 (a decompression bomb?)",
+    "corrupt.jpg": "corrupt: ",
+    "missing.jpg": "missing: no such file",
+    "folder.jpg": "unreadable: a folder, not a file",
+}
+
+
+def test_bad_images_are_skipped_listed_and_counted(mixed, tmp_path):
+    lst, root, index = mixed
+    result = run("pack", lst, root, tmp_path / "out.rec", "--resize", "16", "--workers", "2")
+    assert result.exit_code == 0, result.output
+    lines = (tmp_path / "out.failed.tsv").read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "index\tpath\treason"
+    failed = {line.split("\t")[1]: line.split("\t")[2] for line in lines[1:]}
+    assert set(failed) == set(BAD)
+    for name, reason in BAD.items():
+        assert failed[name].startswith(reason), (name, failed[name])
+        assert str(index[name]) == next(line.split("\t")[0] for line in lines[1:] if line.split("\t")[1] == name)
+    assert [int(line.split("\t")[0]) for line in lines[1:]] == sorted(index[n] for n in BAD)  # list order
+    with recordio.RecordReader(tmp_path / "out.rec", tmp_path / "out.idx") as r:
+        good = {k for k in r.keys()}
+        assert good == {i for n, i in index.items() if n not in BAD}
+        for key in good:
+            header, img = recordio.unpack_img(r.read(key))
+            assert header.id == key and img is not None and min(img.shape[:2]) == 16
+    summary = result.stdout
+    assert "packed 11 of 20 images" in summary
+    assert "9 failed (2 corrupt, 1 corrupt" not in summary
+    assert "9 failed (3 corrupt, 1 empty, 1 missing, 2 not-an-image, 1 too-large, 1 unreadable)" in summary
+
+
+def test_pass_through_checks_without_decoding(mixed, tmp_path):
+    lst, root, _ = mixed
+    result = run("pack", lst, root, tmp_path / "p.rec", "--pass-through")
+    assert result.exit_code == 0
+    failed = {line.split("\t")[1] for line in (tmp_path / "p.failed.tsv").read_text(encoding="utf-8").splitlines()[1:]}
+    # no decode: a JPEG with garbage entropy data and a PNG cut after its header pass
+    assert failed == set(BAD) - {"corrupt.jpg", "truncated.png"}
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="needs Linux /proc")
+def test_a_file_that_cannot_be_read(tmp_path):
+    root = tmp_path / "img"
+    root.mkdir()
+    (root / "ok.jpg").write_bytes(jpeg_bytes())
+    os.symlink("/proc/self/mem", root / "eio.jpg")  # reading it fails with EIO, even as root
+    write_lst(tmp_path / "l.lst", [ListEntry(0, (0.0,), "ok.jpg"), ListEntry(1, (0.0,), "eio.jpg")])
+    assert run("pack", tmp_path / "l.lst", root, tmp_path / "o.rec").exit_code == 0
+    assert (tmp_path / "o.failed.tsv").read_text().splitlines()[1] == "1\teio.jpg\tunreadable: cannot read it: Input/output error"
+
+
+def test_strict_fails_the_run_but_keeps_the_outputs(mixed, tmp_path):
+    lst, root, _ = mixed
+    result = run("pack", lst, root, tmp_path / "s.rec", "--strict")
+    assert result.exit_code == 1
+    assert result.stderr.endswith(f"Error: 9 image(s) failed (--strict); see {tmp_path / 's.failed.tsv'}\n")
+    assert (tmp_path / "s.rec").exists() and (tmp_path / "s.idx").exists()
+
+
+def test_max_errors_stops_early(mixed, tmp_path):
+    lst, root, _ = mixed
+    result = run("pack", lst, root, tmp_path / "m.rec", "--max-errors", "2", "--workers", "1", "--stats", tmp_path / "m.json")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error: stopped after 3 failed images (more than --max-errors 2); the last: truncated.png: corrupt:")
+    assert not (tmp_path / "m.rec").exists()
+    stats = json.loads((tmp_path / "m.json").read_text())
+    assert stats["complete"] is False and stats["counts"]["failed"] == 3
+
+
+# --------------------------------------------------------------------------- bad lists
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("0\t1\ta.jpg\n1\tb.jpg\n", "l.lst:2: expected 'index<TAB>label...<TAB>path', got 2 fields"),
+        ("0\t1\ta.jpg\nx\t1\tb.jpg\n", "l.lst:2: index 'x' is not a non-negative integer"),
+        ("0\t1\ta.jpg\n1\tcat\tb.jpg\n", "l.lst:2: label 1 ('cat') is not a number"),
+        ("0\t1\ta.jpg\n1\t1\tb.jpg\n\n0\t1\tc.jpg\n", "l.lst:4: index 0 was already used on line 1 (indices become .idx keys and must be unique)"),
+        ("\n", "l.lst: the list has no entries"),
+    ],
+)
+def test_bad_list_stops_before_any_image(tmp_path, text, message):
+    (tmp_path / "img").mkdir()
+    (tmp_path / "l.lst").write_text(text)
+    result = run("pack", tmp_path / "l.lst", tmp_path / "img", tmp_path / "o.rec")
+    assert result.exit_code == 1
+    assert result.stderr == f"Error: {tmp_path / message}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["img", "l.lst"]
+
+
+# --------------------------------------------------------------------------- interrupts, kills, full disks
+
+
+@pytest.fixture
+def slow_job(tmp_path):
+    """A list of 400 entries of a 1600x1600 photo-like JPEG: a few seconds of work."""
+    root = tmp_path / "img"
+    root.mkdir()
+    rng = np.random.default_rng(0)
+    big = cv2.resize(rng.integers(0, 255, (200, 200, 3), dtype=np.uint8), (1600, 1600), interpolation=cv2.INTER_CUBIC)
+    (root / "big.jpg").write_bytes(cv2.imencode(".jpg", big, [cv2.IMWRITE_JPEG_QUALITY, 95])[1].tobytes())
+    (root / "small.jpg").write_bytes(jpeg_bytes())
+    entries = [ListEntry(i, (float(i % 5),), "big.jpg" if i % 10 else "small.jpg") for i in range(400)]
+    entries[7] = ListEntry(7, (0.0,), "missing.jpg")
+    write_lst(tmp_path / "slow.lst", entries)
+    return tmp_path / "slow.lst", root
+
+
+SLOW_ARGS = ["--resize", "224", "--full-decode", "--workers", "2", "-q"]
+
+
+def descendants(pid):
+    out, stack = [], [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            for tid in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    kids = [int(c) for c in f.read().split()]
+                out += kids
+                stack += kids
+        except OSError:
+            pass
+    return out
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_for_records(path, n, proc, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.exists(path) and os.path.getsize(path) > n:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{path} did not grow past {n} bytes")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc"), reason="needs Linux /proc")
+@pytest.mark.parametrize("sig,status,word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_signal_stops_workers_and_leaves_no_final_file(slow_job, tmp_path, sig, status, word):
+    lst, root = slow_job
+    proc = cli("pack", lst, root, tmp_path / "o.rec", *SLOW_ARGS)
+    wait_for_records(tmp_path / "o.rec.partial", 20_000, proc)
+    workers = descendants(proc.pid)
+    assert len(workers) >= 2
+    started = time.time()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=20)
+    assert time.time() - started < 5
+    assert proc.returncode == status
+    assert err == f"Error: {word}; the finished part is kept: rerun with --resume to continue\n"
+    assert not any(alive(p) for p in workers)
+    assert not any((tmp_path / n).exists() for n in ("o.rec", "o.idx", "o.failed.tsv"))
+
+
+def test_kill_9_then_resume_gives_identical_bytes(slow_job, tmp_path):
+    lst, root = slow_job
+    ref = subprocess.run([sys.executable, "-m", "im2rec", "pack", lst, root, tmp_path / "ref.rec", *SLOW_ARGS], capture_output=True)
+    assert ref.returncode == 0, ref.stderr
+    proc = cli("pack", lst, root, tmp_path / "o.rec", *SLOW_ARGS)
+    wait_for_records(tmp_path / "o.rec.partial", 300_000, proc)
+    proc.kill()
+    proc.wait()
+    assert not (tmp_path / "o.rec").exists()
+    again = run("pack", lst, root, tmp_path / "o.rec", *SLOW_ARGS)
+    assert again.exit_code == 1 and "--resume" in again.stderr  # a plain rerun refuses to clobber
+    resumed = subprocess.run([sys.executable, "-m", "im2rec", "pack", lst, root, tmp_path / "o.rec", *SLOW_ARGS[:-1], "--resume"], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "(resumed after " in resumed.stdout
+    for ext in ("rec", "idx", "failed.tsv"):
+        assert (tmp_path / f"o.{ext}").read_bytes() == (tmp_path / f"ref.{ext}").read_bytes(), ext
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("o.")) == ["o.failed.tsv", "o.idx", "o.rec"]
+    done = run("pack", lst, root, tmp_path / "o.rec", "--resume")
+    assert done.exit_code == 0 and done.stdout == f"{tmp_path / 'o.rec'} is already complete: nothing to resume\n"
+
+
+def test_resume_with_torn_record_and_lagging_idx(data_dir, tmp_path):
+    lst = data_dir / "im2rec" / "all.lst"
+    args = ["--pass-through"]
+    assert run("pack", lst, data_dir / "tree", tmp_path / "ref.rec", *args).exit_code == 0
+    # Fake an interrupted run: a partial .rec cut inside its 6th record, an .idx lagging 2 records behind.
+    assert run("pack", lst, data_dir / "tree", tmp_path / "o.rec", *args).exit_code == 0
+    rec, idx = (tmp_path / "o.rec").read_bytes(), (tmp_path / "o.idx").read_text().splitlines()
+    sixth = int(idx[5].split("\t")[1])
+    (tmp_path / "o.rec.partial").write_bytes(rec[: sixth + 100])
+    (tmp_path / "o.idx.partial").write_text("\n".join(idx[:3]) + "\n")
+    (tmp_path / "o.failed.tsv.partial").write_text("index\tpath\treason\n")
+    (tmp_path / "o.rec").rename(tmp_path / "keep.rec")
+    (tmp_path / "o.idx").unlink()
+    (tmp_path / "o.failed.tsv").unlink()
+    from im2rec.packing import PackOptions, _fingerprint
+    from im2rec.image import ImageOptions
+
+    state = _fingerprint(str(lst), str(data_dir / "tree"), PackOptions(image=ImageOptions(pass_through=True)))
+    (tmp_path / "o.resume.json").write_text(json.dumps(state))
+    result = run("pack", lst, data_dir / "tree", tmp_path / "o.rec", *args, "--resume")
+    assert result.exit_code == 0, result.output
+    assert "resumed after 5" in result.stdout
+    assert (tmp_path / "o.rec").read_bytes() == (tmp_path / "ref.rec").read_bytes()
+    assert (tmp_path / "o.idx").read_bytes() == (tmp_path / "ref.idx").read_bytes()
+
+
+def test_resume_refuses_other_options(slow_job, tmp_path):
+    lst, root = slow_job
+    proc = cli("pack", lst, root, tmp_path / "o.rec", *SLOW_ARGS)
+    wait_for_records(tmp_path / "o.rec.partial", 20_000, proc)
+    proc.kill()
+    proc.wait()
+    result = run("pack", lst, root, tmp_path / "o.rec", "--resize", "100", "--resume")
+    assert result.exit_code == 1
+    assert "the interrupted run had a different options" in result.stderr
+    assert run("pack", lst, root, tmp_path / "o.rec", "--resize", "100", "--overwrite", "--workers", "2").exit_code == 0
+    assert not list(tmp_path.glob("*.partial")) and not (tmp_path / "o.resume.json").exists()
+
+
+def test_file_size_limit_is_a_clear_error(slow_job, tmp_path):
+    lst, root = slow_job
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "im2rec", "pack", lst, root, tmp_path / "o.rec", *SLOW_ARGS],
+        capture_output=True,
+        text=True,
+        preexec_fn=limit,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"Error: {tmp_path / 'o.rec.partial'}: File too large; the partial output is kept")
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "o.rec").exists() and not (tmp_path / "o.idx").exists()
+
+
+# --------------------------------------------------------------------------- the audit trail
+
+
+def test_stats_json(data_dir, tmp_path):
+    result = run("pack", data_dir / "im2rec" / "all.lst", data_dir / "tree", tmp_path / "a.rec", "--resize", "32", "--stats", tmp_path / "a.json")
+    assert result.exit_code == 0
+    stats = json.loads((tmp_path / "a.json").read_text())
+    assert stats["im2rec"] == __import__("im2rec").__version__
+    assert stats["options"]["image"]["resize"] == 32 and stats["options"]["image"]["quality"] is None
+    assert stats["counts"] == {"images": 14, "packed": 14, "failed": 0, "failed_by_reason": {}}
+    assert stats["bytes"] == (tmp_path / "a.rec").stat().st_size
+    for key in ("rec", "idx"):
+        path = stats["outputs"][key]["path"]
+        assert stats["outputs"][key]["sha256"] == hashlib.sha256(open(path, "rb").read()).hexdigest()
+    assert stats["complete"] is True and stats["seconds"] > 0
+
+
+def test_ci_example_script(data_dir, tmp_path):
+    script = os.path.join(os.path.dirname(__file__), "..", "examples", "ci_prepare.sh")
+    images = tmp_path / "images"
+    shutil.copytree(data_dir / "tree", images)
+    env = dict(os.environ, IMAGES=str(images), OUT=str(tmp_path / "out"), PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    ok = subprocess.run(["bash", script], env=env, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    packed = [json.loads((tmp_path / "out" / f"{split}.stats.json").read_text())["counts"]["packed"] for split in ("train", "val")]
+    assert packed == [10, 4]  # 90% of every class (stratified), the rest in val
+    (images / "cats" / "broken.jpg").write_bytes(b"oops")
+    shutil.rmtree(tmp_path / "out")
+    bad = subprocess.run(["bash", script], env=env, capture_output=True, text=True)
+    assert bad.returncode == 1
+    assert "1 image(s) failed (--strict)" in bad.stderr
+    failed = [json.loads((tmp_path / "out" / f"{split}.stats.json").read_text())["counts"]["failed"] for split in ("train", "val")]
+    assert sum(failed) == 1
