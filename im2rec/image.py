@@ -178,32 +178,38 @@ def _jpeg_info(data: bytes) -> Optional[Tuple[int, int, int]]:
 
 def image_info(data: bytes) -> Optional[Tuple[str, int, int]]:
     """(format, width, height) read from the header of a JPEG, PNG, GIF, BMP or WebP, else None."""
+    info = _header(data)
+    return info[:3] if info else None  # type: ignore[return-value]
+
+
+def _header(data: bytes) -> Optional[Tuple[str, int, int, int]]:
+    """(format, width, height, offset of the JPEG scan or 0) from the file's header."""
     fmt = image_format(data)
     try:
         if fmt == "JPEG":
             info = _jpeg_info(data)
-            return (fmt, info[0], info[1]) if info else None
+            return (fmt, info[0], info[1], info[2]) if info else None
         if fmt == "PNG" and data[12:16] == b"IHDR":
             w, h = struct.unpack_from(">II", data, 16)
-            return fmt, w, h
+            return fmt, w, h, 0
         if fmt == "GIF":
             w, h = struct.unpack_from("<HH", data, 6)
-            return fmt, w, h
+            return fmt, w, h, 0
         if fmt == "BMP":
             w, h = struct.unpack_from("<ii", data, 18)
-            return fmt, abs(w), abs(h)
+            return fmt, abs(w), abs(h), 0
         if fmt == "WebP":
             chunk = data[12:16]
             if chunk == b"VP8X":
                 w = int.from_bytes(data[24:27], "little") + 1
                 h = int.from_bytes(data[27:30], "little") + 1
-                return fmt, w, h
+                return fmt, w, h, 0
             if chunk == b"VP8L":
                 bits = int.from_bytes(data[21:25], "little")
-                return fmt, (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+                return fmt, (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1, 0
             if chunk == b"VP8 ":
                 w, h = struct.unpack_from("<HH", data, 26)
-                return fmt, w & 0x3FFF, h & 0x3FFF
+                return fmt, w & 0x3FFF, h & 0x3FFF, 0
     except struct.error:
         return None
     return None
@@ -221,19 +227,18 @@ def _check_header(data: bytes, max_pixels: int) -> Optional[Tuple[str, int, int]
     """Checks common to every mode: empty, known format, complete JPEG, pixel count."""
     if not data:
         raise ImageError("empty", "the file is empty (0 bytes)")
-    info = image_info(data)
-    if info is None:
+    header = _header(data)
+    if header is None:
         return None
-    fmt, w, h = info
+    fmt, w, h, sos = header
     if w * h > max_pixels:
         raise ImageError(
             "too-large", f"{fmt} of {w}x{h} = {w * h:,} pixels is above --max-pixels {max_pixels:,} (a decompression bomb?)"
         )
     if fmt == "JPEG":
-        sos = _jpeg_info(data)[2]  # type: ignore[index]
         if data.rfind(b"\xff\xd9") < sos:
             raise ImageError("corrupt", f"truncated JPEG: no end-of-image marker after byte {sos} ({len(data):,} bytes)")
-    return info
+    return fmt, w, h
 
 
 def check_passthrough(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> None:

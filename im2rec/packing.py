@@ -66,6 +66,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 FAILED_HEADER = "index\tpath\treason\n"
+WRITE_BUFFER = 1 << 20  # records are copied into a 1 MiB buffer: one write call per MiB, not per record
 
 
 def default_workers() -> int:
@@ -494,7 +495,7 @@ def pack(
             with open(out.state, "w", encoding="utf-8") as f:
                 json.dump(_fingerprint(lst, root, opts), f)
             open(rec_p, "wb").close()
-        with open(rec_p, "r+b") as rec_file, open(idx_p + ".new", "w", encoding="utf-8", newline="\n") as idx_file, open(
+        with open(rec_p, "r+b", buffering=WRITE_BUFFER) as rec_file, open(idx_p + ".new", "w", encoding="utf-8", newline="\n") as idx_file, open(
             failed_p + ".new", "w", encoding="utf-8", newline="\n"
         ) as failed_file:
             if resuming:
