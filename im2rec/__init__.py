@@ -23,11 +23,22 @@ from .recordio import (
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    # RecordDataset imports OpenCV: load it on first use, so that `import im2rec`
+    # and the format core stay free of cv2.
+    if name == "RecordDataset":
+        from .dataset import RecordDataset
+
+        return RecordDataset
+    raise AttributeError(f"module 'im2rec' has no attribute {name!r}")
+
 __all__ = [
     "Im2recError",
     "IRHeader",
     "MXIndexedRecordIO",
     "MXRecordIO",
+    "RecordDataset",
     "RecordReader",
     "RecordWriter",
     "pack",

@@ -8,6 +8,7 @@ here and nowhere else; usage errors exit with 2, as click does.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import signal
 import sys
@@ -15,7 +16,7 @@ from typing import Any, Callable
 
 import click
 
-from . import __version__, image, listing
+from . import __version__, image, inspection, listing
 from . import packing
 from .errors import Im2recError, TooManyFailures
 
@@ -269,3 +270,132 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
         click.echo(packing.summary_line(summary))
     if strict and summary.failed:
         raise click.ClickException(f"{summary.failed:,} image(s) failed (--strict); see {summary.outputs.failed}")
+
+
+rec_argument = click.argument("rec", type=click.Path(exists=True, dir_okay=False))
+
+
+def _print_problems(rec: str, problems, limit: int = 1000) -> None:
+    for p in problems[:limit]:
+        click.echo(f"{rec}: {p}", err=True)
+    if len(problems) > limit:
+        click.echo(f"{rec}: ... and {len(problems) - limit:,} more", err=True)
+
+
+@main.command("inspect")
+@rec_argument
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@click.option("--sample", type=click.IntRange(min=0), default=200, show_default=True, help="Records sampled for image formats and sizes.")
+@translate_errors
+def inspect_command(rec, as_json, sample):
+    """Summarise REC: records, labels, payload sizes, image formats and sizes.
+
+    Uses the .idx beside REC when there is one, else scans the file. A damaged
+    record is reported and skipped. insightface files (a header at key 0) are
+    recognised and their images and identities counted.
+
+    \b
+    Examples:
+      im2rec inspect train.rec
+      im2rec inspect train.rec --json | jq .labels.classes
+    """
+    report = inspection.inspect_rec(rec, sample=sample)
+    if as_json:
+        click.echo(json.dumps(report, indent=1))
+        return
+    labels = report["labels"]
+    click.echo(f"{rec}: {report['records']:,} records, {report['file_bytes'] / 1e6:,.1f} MB" + (f", index {report['idx']}" if report["idx"] else ", no .idx"))
+    face = report["insightface"]
+    if face:
+        click.echo(f"  insightface: {face['images']:,} images, {face['identities']:,} identities (header {face['header']})")
+    if labels.get("classes"):
+        lo, hi = labels["per_class_min_max"]
+        click.echo(f"  labels: {labels['classes']:,} classes over {labels['scalar_records']:,} records ({lo:,} to {hi:,} per class)")
+    if labels.get("widths"):
+        widths = ", ".join(f"{n:,} with {w}" for w, n in labels["widths"].items())
+        click.echo(f"  multi-label records: {widths} labels")
+    sizes = report["payload_bytes"]
+    if sizes:
+        click.echo(f"  payload bytes: min {sizes['min']:,}, median {sizes['median']:,.0f}, mean {sizes['mean']:,.0f}, max {sizes['max']:,}")
+    sample_ = report["sample"]
+    if sample_["records"]:
+        formats = ", ".join(f"{n} {f}" for f, n in sample_["formats"].items())
+        w, h = sample_["width"], sample_["height"]
+        dims = f"; width {w['min']}-{w['max']} (median {w['median']:.0f}), height {h['min']}-{h['max']} (median {h['median']:.0f})" if w else ""
+        click.echo(f"  sample of {sample_['records']}: {formats}{dims}")
+    if report["damaged"]:
+        click.echo(f"  damaged: {len(report['damaged'])} record(s) skipped", err=False)
+        for line in report["damaged"][:20]:
+            click.echo(f"{rec}: {line}", err=True)
+
+
+@main.command("verify")
+@rec_argument
+@click.option("--decode", "decode_images", is_flag=True, help="Also decode every image.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the problems.")
+@translate_errors
+def verify_command(rec, decode_images, quiet):
+    """Check every record of REC and every line of its .idx.
+
+    Framing (magic, continuation flags, lengths), a file size that is a multiple
+    of 4, every .idx entry on a record head, no duplicate keys or offsets, no
+    record missing from the .idx, and with --decode every image decodable. Each
+    problem is printed on stderr with its byte offset and key.
+
+    \b
+    Exit status: 0 if clean, 1 if any problem was found.
+    """
+    report = inspection.verify_rec(rec, decode_images)
+    _print_problems(rec, report.problems)
+    if not quiet:
+        decoded = f", {report.decoded:,} images decoded" if decode_images else ""
+        click.echo(f"{rec}: {report.records:,} records{decoded}, {plural(len(report.problems), 'problem')}")
+    if report.problems:
+        sys.exit(1)
+
+
+@main.command("extract")
+@rec_argument
+@click.argument("outdir", type=click.Path(file_okay=False))
+@click.option("--flat", is_flag=True, help="Write every image directly in OUTDIR (default: a folder per label).")
+@click.option("--overwrite", is_flag=True, help="Replace files that exist.")
+@quiet_option
+@translate_errors
+def extract_command(rec, outdir, flat, overwrite, quiet):
+    """Write every image of REC to OUTDIR with its original bytes, and OUTDIR/<stem>.lst.
+
+    Images go to OUTDIR/<label>/<key>.<ext>. The list names them with their keys
+    and labels, so that `im2rec pack OUTDIR/<stem>.lst OUTDIR NEW.rec
+    --pass-through` rebuilds the same records. A damaged record is reported and
+    skipped (exit status 1 at the end).
+    """
+    result = inspection.extract_rec(rec, outdir, flat=flat, overwrite=overwrite)
+    _print_problems(rec, result.problems)
+    if result.id_mismatches:
+        click.echo(f"warning: {result.id_mismatches:,} record(s) have a header id other than their key; a re-pack will use the key for both", err=True)
+    if not quiet:
+        click.echo(f"extracted {result.images:,} images to {outdir}; list {result.lst}")
+        click.echo(f"rebuild with: {result.pack_command}")
+    if result.problems:
+        sys.exit(1)
+
+
+@main.command("index")
+@rec_argument
+@click.option("--idx", "idx_path", type=click.Path(dir_okay=False), default=None, help="Where to write [default: REC with .idx].")
+@click.option("--keys", type=click.Choice(["id", "counter"]), default="id", show_default=True, help="id: each record's header id (im2rec.py's keys); counter: 0, 1, 2, ... (DALI's rec2idx).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing .idx.")
+@quiet_option
+@translate_errors
+def index_command(rec, idx_path, keys, overwrite, quiet):
+    """Rebuild the .idx of REC by a sequential scan.
+
+    A damaged record is reported and skipped (exit status 1 at the end); the
+    records after it are indexed.
+    """
+    result = inspection.rebuild_index(rec, idx_path, keys=keys, overwrite=overwrite)
+    _print_problems(rec, result.problems)
+    if not quiet:
+        click.echo(f"{result.idx}: {plural(result.entries, 'entry', 'entries')}")
+    if result.problems:
+        sys.exit(1)

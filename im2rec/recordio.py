@@ -675,7 +675,10 @@ class RecordReader:
         mm, self._mm = self._mm, b""
         self.size = 0
         if isinstance(mm, mmap.mmap):
-            mm.close()
+            try:
+                mm.close()
+            except BufferError:  # a view of it is still alive (RecordDataset); unmapped when it goes
+                pass
 
     def __enter__(self) -> "RecordReader":
         return self
@@ -811,6 +814,89 @@ class RecordReader:
         """Yield every record's payload in file order."""
         for _, payload in self.scan():
             yield payload
+
+    def parts(self, pos: int) -> List[Tuple[int, int, int]]:
+        """``(offset, cflag, length)`` of every part of the record at ``pos``, reading part headers only.
+
+        Raises:
+            TruncatedRecordError, BadMagicError, BadFlagError: as ``read_at``.
+        """
+        cflag, length = self._part_head(pos, pos)
+        parts = [(pos, cflag, length)]
+        if cflag == 0:
+            return parts
+        if cflag != 1:
+            raise BadFlagError(
+                f"{self.path}: byte {pos} holds a part with cflag {cflag}, not the start of a record (cflag 0 or 1)", pos
+            )
+        p = pos + 8 + length
+        while True:
+            cflag, length = self._part_head(p, pos)
+            if cflag not in (2, 3) or (cflag == 2 and length & 3):
+                raise BadFlagError(
+                    f"{self.path}: record at byte {pos}: the part at byte {p} has cflag {cflag} and length "
+                    f"{length}, expected a continuation (cflag 2 or 3)",
+                    p,
+                )
+            parts.append((p, cflag, length))
+            p += 8 + ((length + 3) & ~3)
+            if cflag == 3:
+                return parts
+
+    def extent(self, pos: int) -> Tuple[int, int]:
+        """``(payload length, next offset)`` of the record at ``pos``, reading part headers only."""
+        parts = self.parts(pos)
+        last, _, length = parts[-1]
+        return sum(n for _, _, n in parts) + 4 * (len(parts) - 1), last + 8 + ((length + 3) & ~3)
+
+    def head_at(self, pos: int, n: int) -> bytes:
+        """The first ``n`` bytes of the payload of the record at ``pos`` (fewer if it is shorter),
+        without copying the rest when the record is in one part."""
+        cflag, length = self._part_head(pos, pos)
+        if cflag == 0:
+            return self._mm[pos + 8 : pos + 8 + min(n, length)]
+        return self.read_at(pos)[0][:n]
+
+    def view_at(self, pos: int) -> Union[memoryview, bytes]:
+        """The payload of the record at ``pos`` without a copy when it is in one part
+        (a memoryview of the map: release it before closing the reader)."""
+        cflag, length = self._part_head(pos, pos)
+        if cflag == 0:
+            return memoryview(self._mm)[pos + 8 : pos + 8 + length]
+        return self.read_at(pos)[0]
+
+    def next_head(self, pos: int) -> int:
+        """The offset of the first record head (4-aligned magic, cflag 0 or 1) at or after
+        ``pos``, or the file size if there is none: where to resume after damage."""
+        mm, size = self._mm, self.size
+        pos = (pos + 3) & ~3
+        while pos + 8 <= size:
+            i = mm.find(MAGIC_BYTES, pos)
+            if i < 0 or i + 8 > size:
+                break
+            if i & 3 == 0 and (_PART_HEAD.unpack_from(mm, i)[1] >> 29) in (0, 1):
+                return i
+            pos = (i + 4) & ~3 if i & 3 == 0 else (i + 3) & ~3
+        return size
+
+    def walk(self, start: int = 0) -> Iterator[Tuple[int, int, int, Optional[RecordIOError]]]:
+        """Visit every record from ``start`` in file order without copying payloads, surviving damage.
+
+        Yields:
+            ``(offset, length, next_offset, None)`` for each record, and
+            ``(offset, 0, resume_offset, error)`` for damaged bytes: the walk goes on
+            at the next record head, as dmlc's readers resynchronise.
+        """
+        pos, size = start, self.size
+        while pos < size:
+            try:
+                length, nxt = self.extent(pos)
+            except RecordIOError as e:
+                nxt = self.next_head(pos + 4)
+                yield pos, 0, nxt, e
+            else:
+                yield pos, length, nxt, None
+            pos = nxt
 
 
 # --------------------------------------------------------------------------- #

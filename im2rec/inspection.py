@@ -1,0 +1,438 @@
+"""Looking into existing ``.rec`` files: inspect, verify, extract, and rebuild the ``.idx``.
+
+Every function here survives damage: a corrupt record in the middle is reported
+(with its byte offset and, when known, its key) and the walk resumes at the next
+record head, as dmlc's readers resynchronise.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from .dataset import idx_path_of, insightface_header
+from .errors import HeaderError, Im2recError, ImageError, RecordIOError
+from .fsutil import atomic_open
+from .image import ImageOptions, decode, image_format, image_info
+from .lst import ListEntry, format_label, write_lst
+from .recordio import IRHEADER_SIZE, MAGIC, RecordIndex, RecordReader, read_index, unpack
+
+__all__ = ["Problem", "inspect_rec", "verify_rec", "extract_rec", "rebuild_index"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something wrong in a ``.rec``/``.idx``, where it is, and what."""
+
+    offset: Optional[int]
+    key: Any
+    message: str
+
+    def __str__(self) -> str:
+        where = []
+        if self.offset is not None:
+            where.append(f"byte {self.offset}")
+        if self.key is not None:
+            where.append(f"key {self.key}")
+        return f"{', '.join(where)}: {self.message}" if where else self.message
+
+
+def _open(rec: str, with_idx: bool = True) -> Tuple[RecordReader, Optional[RecordIndex]]:
+    if not os.path.exists(rec):
+        raise Im2recError(f"{rec}: no such file")
+    idx = idx_path_of(rec)
+    reader = RecordReader(rec, idx if with_idx and os.path.exists(idx) else None)
+    return reader, reader.index
+
+
+def _entries(reader: RecordReader, problems: List[Problem]) -> Iterator[Tuple[Any, int]]:
+    """(key or None, offset) of every record: from the .idx in line order, else a walk of the file."""
+    if reader.index is not None:
+        yield from zip(reader.index.keys(), reader.index.offsets.tolist())
+        return
+    for offset, _length, _next, error in reader.walk():
+        if error is not None:
+            problems.append(Problem(offset, None, f"{_reason(error, reader.path)}; skipped to the next record at byte {_next}"))
+        else:
+            yield None, offset
+
+
+def _reason(error: Exception, path: str) -> str:
+    """An error's message without the leading file name (the report names the file once)."""
+    text = str(error)
+    return text[len(path) + 2 :] if text.startswith(path + ": ") else text
+
+
+def _read_header(reader: RecordReader, offset: int) -> Tuple[Any, int]:
+    """(IRHeader with labels, payload length) of the record at ``offset``."""
+    length = reader.extent(offset)[0]
+    head = reader.head_at(offset, IRHEADER_SIZE)
+    if len(head) < IRHEADER_SIZE:
+        raise HeaderError(f"record of {len(head)} bytes is too short for an IRHeader")
+    flag = int.from_bytes(head[:4], "little")
+    if flag:
+        head = reader.head_at(offset, IRHEADER_SIZE + 4 * flag)
+    return unpack(head)[0], length
+
+
+def _stats(values: List[int]) -> Dict[str, float]:
+    if not values:
+        return {}
+    return {"min": min(values), "mean": round(statistics.fmean(values), 1), "median": statistics.median(values), "max": max(values)}
+
+
+# --------------------------------------------------------------------------- inspect
+
+
+def inspect_rec(rec: str, sample: int = 200, seed: int = 0) -> Dict[str, Any]:
+    """Summarise a ``.rec``: records, labels, payload sizes, image formats and sizes on a sample.
+
+    Args:
+        rec: the ``.rec`` (its ``.idx`` is used when it exists).
+        sample: how many records to look at for formats and dimensions (headers only, no decode).
+        seed: the sample's seed.
+
+    Returns:
+        A JSON-serialisable dict; ``damaged`` lists the records that could not be read.
+    """
+    reader, index = _open(rec)
+    problems: List[Problem] = []
+    entries = list(_entries(reader, problems))
+    face = insightface_header(reader) if index is not None else None
+    image_keys = set(range(1, face[0])) if face else None
+    sizes: List[int] = []
+    scalar: Counter = Counter()
+    widths: Counter = Counter()
+    images: List[Tuple[Any, int, int]] = []  # (key, offset, flag)
+    for key, offset in entries:
+        if image_keys is not None and key not in image_keys:
+            continue
+        try:
+            header, length = _read_header(reader, offset)
+        except (RecordIOError, HeaderError) as e:
+            problems.append(Problem(offset, key, _reason(e, reader.path)))
+            continue
+        sizes.append(length)
+        if header.flag:
+            widths[header.flag] += 1
+        else:
+            scalar[header.label] += 1
+        images.append((key, offset, header.flag))
+    formats: Counter = Counter()
+    dims: List[Tuple[int, int]] = []
+    chosen = random.Random(seed).sample(images, min(sample, len(images)))
+    for key, offset, flag in chosen:
+        try:
+            head = bytes(reader.head_at(offset, IRHEADER_SIZE + 4 * flag + 256 * 1024))[IRHEADER_SIZE + 4 * flag :]
+        except RecordIOError as e:
+            problems.append(Problem(offset, key, _reason(e, reader.path)))
+            continue
+        info = image_info(head)
+        formats[info[0] if info else (image_format(head) or "unknown")] += 1
+        if info:
+            dims.append((info[1], info[2]))
+    labels: Dict[str, Any] = {"scalar_records": sum(scalar.values()), "multi_label_records": sum(widths.values())}
+    if scalar:
+        labels["classes"] = len(scalar)
+        labels["per_class"] = {_label_key(k): v for k, v in sorted(scalar.items())[:1000]}
+        labels["per_class_min_max"] = [min(scalar.values()), max(scalar.values())]
+    if widths:
+        labels["widths"] = {str(k): v for k, v in sorted(widths.items())}
+    report: Dict[str, Any] = {
+        "path": rec,
+        "idx": index.path if index is not None else None,
+        "file_bytes": reader.size,
+        "records": len(entries),
+        "image_records": len(images),
+        "labels": labels,
+        "payload_bytes": _stats(sizes),
+        "sample": {
+            "records": len(chosen),
+            "formats": dict(formats.most_common()),
+            "width": _stats([w for w, _ in dims]),
+            "height": _stats([h for _, h in dims]),
+        },
+        "insightface": None,
+        "damaged": [str(p) for p in problems],
+    }
+    if face:
+        report["insightface"] = {"images": face[0] - 1, "identities": face[1] - face[0], "header": list(face)}
+    reader.close()
+    return report
+
+
+def _label_key(label: float) -> str:
+    return str(int(label)) if float(label).is_integer() else repr(label)
+
+
+# --------------------------------------------------------------------------- verify
+
+
+@dataclass
+class VerifyReport:
+    """What ``verify_rec`` found."""
+
+    rec: str
+    idx: Optional[str]
+    records: int = 0
+    decoded: int = 0
+    problems: List[Problem] = field(default_factory=list)
+
+
+_SCAN_CHUNK = 16 << 20  # bytes of the file compared at once when looking for stray record heads
+
+
+def verify_rec(rec: str, decode_images: bool = False) -> VerifyReport:
+    """Check a ``.rec`` and its ``.idx`` the way their strictest consumers will read them.
+
+    Checks: the file size is a multiple of 4 (dmlc InputSplit refuses others); every
+    part's framing (magic, cflag sequence, lengths within the file); no record head
+    hidden inside another record (a corrupt length); every ``.idx`` line parses and
+    points at a record head; no duplicate keys or offsets (a duplicate offset ends a
+    dmlc epoch early); no record missing from the ``.idx``; with ``decode_images``,
+    every image decodes (insightface header and identity records excepted).
+    """
+    if not os.path.exists(rec):
+        raise Im2recError(f"{rec}: no such file")
+    idx_path = idx_path_of(rec)
+    reader = RecordReader(rec)
+    report = VerifyReport(rec, idx_path if os.path.exists(idx_path) else None)
+    problems = report.problems
+    if reader.size % 4:
+        problems.append(Problem(None, None, f"the file size ({reader.size} bytes) is not a multiple of 4: dmlc's InputSplit refuses to open it"))
+
+    heads: List[int] = []
+    parts: List[int] = []  # every part header, for the stray-head check
+    for offset, length, nxt, error in reader.walk():
+        if error is not None:
+            problems.append(Problem(offset, None, f"{_reason(error, rec)}; the next record starts at byte {nxt}"))
+            continue
+        heads.append(offset)
+        if nxt - offset == 8 + ((length + 3) & ~3):
+            parts.append(offset)
+        else:  # several parts: each header is legitimate
+            parts.extend(p for p, _, _ in reader.parts(offset))
+    report.records = len(heads)
+    heads_arr = np.array(heads, dtype=np.int64)
+    for stray in _stray_heads(reader, np.array(parts, dtype=np.int64)):
+        i = int(np.searchsorted(heads_arr, stray, side="right")) - 1
+        inside = f"inside the record at byte {heads[i]}" if i >= 0 else "before the first record"
+        problems.append(Problem(int(stray), None, f"a record head {inside}: that record's length is probably corrupt"))
+
+    keys_at: Dict[int, Any] = {}
+    if report.idx is not None:
+        try:
+            index = read_index(report.idx)
+        except Im2recError as e:
+            problems.append(Problem(None, None, str(e)))
+            index = None
+        if index is not None:
+            keys_at = _check_index(index, heads_arr, problems)
+    else:
+        problems.append(Problem(None, None, f"no .idx ({idx_path}): random access, DALI and ImageRecordIter(path_imgidx) need one; `im2rec index` rebuilds it"))
+
+    if decode_images:
+        face = None
+        if report.idx is not None and os.path.exists(report.idx):
+            try:
+                face = insightface_header(RecordReader(rec, report.idx))
+            except Im2recError:
+                face = None
+        options = ImageOptions()
+        for offset in heads:
+            key = keys_at.get(offset)
+            if face and (key == 0 or (key is not None and key >= face[0])):
+                continue  # insightface header and identity records hold no image
+            try:
+                header, body = unpack(reader.read_at(offset)[0])
+                decode(bytes(body), options)
+                report.decoded += 1
+            except (HeaderError, ImageError, RecordIOError) as e:
+                problems.append(Problem(offset, key, f"image not decodable: {_reason(e, rec)}"))
+    report.problems = [Problem(p.offset, keys_at[p.offset], p.message) if p.key is None and p.offset in keys_at else p for p in problems]
+    reader.close()
+    return report
+
+
+def _stray_heads(reader: RecordReader, parts: np.ndarray) -> Iterator[int]:
+    """4-aligned magic words followed by a valid lrec that are not part headers."""
+    mm, size = reader._mm, reader.size
+    words_total = size // 4
+    step = _SCAN_CHUNK // 4
+    for first in range(0, words_total, step):
+        count = min(step, words_total - first)
+        words = np.frombuffer(mm, dtype="<u4", count=count, offset=first * 4)
+        found = (np.flatnonzero(words == MAGIC) + first) * 4
+        del words
+        if found.size:
+            for pos in np.setdiff1d(found, parts, assume_unique=True).tolist():
+                if pos + 8 <= size and (int.from_bytes(mm[pos + 4 : pos + 8], "little") >> 29) in (0, 1):
+                    yield pos
+
+
+def _check_index(index: RecordIndex, heads: np.ndarray, problems: List[Problem]) -> Dict[int, Any]:
+    keys = index.keys()
+    offsets = index.offsets.tolist()
+    heads_set = set(heads.tolist())
+    first_key_line: Dict[Any, int] = {}
+    first_offset_line: Dict[int, int] = {}
+    for entry, (key, offset) in enumerate(zip(keys, offsets)):
+        line = index.line_of(entry)
+        where = f"{index.path}:{line}"
+        if offset not in heads_set:
+            problems.append(Problem(offset, key, f"{where}: the offset is not a record head"))
+        if key in first_key_line:
+            problems.append(Problem(offset, key, f"{where}: key {key} is also on line {first_key_line[key]}"))
+        else:
+            first_key_line[key] = line
+        if offset in first_offset_line:
+            problems.append(Problem(offset, key, f"{where}: offset {offset} is also on line {first_offset_line[offset]} (a duplicate offset ends a dmlc epoch early)"))
+        else:
+            first_offset_line[offset] = line
+    for head in sorted(heads_set - set(first_offset_line)):
+        problems.append(Problem(head, None, f"the record is missing from {index.path}"))
+    return {offset: key for key, offset in zip(keys, offsets)}
+
+
+# --------------------------------------------------------------------------- extract
+
+
+_EXTENSIONS = {"JPEG": ".jpg", "PNG": ".png", "GIF": ".gif", "BMP": ".bmp", "TIFF": ".tiff", "WebP": ".webp", "JPEG 2000": ".jp2", "PNM": ".pnm", "AVIF": ".avif", "HDR": ".hdr", "EXR": ".exr"}
+
+
+@dataclass
+class ExtractResult:
+    """What ``extract_rec`` wrote."""
+
+    lst: str
+    images: int = 0
+    problems: List[Problem] = field(default_factory=list)
+    max_labels: int = 1
+    label_widths: Counter = field(default_factory=Counter)
+    id_mismatches: int = 0
+
+    @property
+    def pack_command(self) -> str:
+        """The command that packs the extracted images back into the same records."""
+        root = os.path.dirname(self.lst) or "."
+        extra = ""
+        if set(self.label_widths) - {0}:
+            widths = set(self.label_widths)
+            extra = f" --label-width {widths.pop()}" if len(widths) == 1 else " --pack-label"
+        return f"im2rec pack {self.lst} {root} NEW.rec --pass-through{extra}"
+
+
+def extract_rec(rec: str, outdir: str, flat: bool = False, overwrite: bool = False) -> ExtractResult:
+    """Write every image of a ``.rec`` back to a file, with its original bytes, and a ``.lst``.
+
+    Files go to ``OUTDIR/<label>/<key>.<ext>`` (or ``OUTDIR/<key>.<ext>`` with
+    ``flat``), the extension taken from the image bytes. ``OUTDIR/<rec stem>.lst``
+    lists them in record order with their keys and labels, so that
+    ``im2rec pack OUTDIR/<stem>.lst OUTDIR NEW.rec --pass-through`` (plus
+    ``--label-width N`` for multi-label records) rebuilds the same records when
+    their header id is their key, as im2rec.py writes them.
+
+    Raises:
+        Im2recError: ``rec`` is missing, or a file would be overwritten without ``overwrite``.
+    """
+    reader, index = _open(rec)
+    os.makedirs(outdir, exist_ok=True)
+    result = ExtractResult(os.path.join(outdir, os.path.splitext(os.path.basename(rec))[0] + ".lst"))
+    if os.path.exists(result.lst) and not overwrite:
+        raise Im2recError(f"{result.lst} exists: pass --overwrite to replace it")
+    face = insightface_header(reader) if index is not None else None
+    entries: List[ListEntry] = []
+    for key, offset in _entries(reader, result.problems):
+        if face and not (isinstance(key, int) and 1 <= key < face[0]):
+            continue
+        try:
+            header, body = unpack(reader.read_at(offset)[0])
+        except (RecordIOError, HeaderError) as e:
+            result.problems.append(Problem(offset, key, f"{_reason(e, reader.path)}; skipped"))
+            continue
+        key = header.id if key is None else key
+        if header.id != key:
+            result.id_mismatches += 1
+        labels = tuple(float(x) for x in np.atleast_1d(header.label)) if header.flag else (float(header.label),)
+        result.label_widths[header.flag] += 1
+        fmt = image_format(bytes(body[:16]))
+        name = f"{key}{_EXTENSIONS.get(fmt or '', '.bin')}"
+        rel = name if flat else f"{_label_dir(labels[0])}/{name}"
+        path = os.path.join(outdir, rel)
+        if os.path.exists(path) and not overwrite:
+            raise Im2recError(f"{path} exists: pass --overwrite to replace it")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(body)
+        entries.append(ListEntry(int(key), labels, rel))
+        result.images += 1
+    with atomic_open(result.lst, "w", encoding="utf-8", newline="\n") as f:
+        write_lst(f, entries)
+    reader.close()
+    return result
+
+
+def _label_dir(label: float) -> str:
+    return str(int(label)) if float(label).is_integer() else format_label(label)
+
+
+# --------------------------------------------------------------------------- index
+
+
+@dataclass
+class IndexResult:
+    """What ``rebuild_index`` wrote."""
+
+    idx: str
+    entries: int = 0
+    problems: List[Problem] = field(default_factory=list)
+
+
+def rebuild_index(rec: str, idx: Optional[str] = None, keys: str = "id", overwrite: bool = False) -> IndexResult:
+    """Rebuild a ``.idx`` by a sequential scan of the ``.rec``.
+
+    Args:
+        rec: the ``.rec``.
+        idx: where to write; default: beside the ``.rec``, same stem.
+        keys: ``"id"`` takes each key from the record's IRHeader id (what im2rec.py
+            writes); ``"counter"`` numbers records 0, 1, 2... (DALI's rec2idx).
+        overwrite: replace an existing ``.idx``.
+
+    Raises:
+        Im2recError: the ``.idx`` exists without ``overwrite``, or a record has no
+            IRHeader to take a key from (use ``keys="counter"``).
+    """
+    if keys not in ("id", "counter"):
+        raise ValueError(f"keys must be 'id' or 'counter', got {keys!r}")
+    idx = idx or idx_path_of(rec)
+    if os.path.exists(idx) and not overwrite:
+        raise Im2recError(f"{idx} exists: pass --overwrite to replace it")
+    reader, _ = _open(rec, with_idx=False)
+    result = IndexResult(idx)
+    lines = []
+    for offset, _length, nxt, error in reader.walk():
+        if error is not None:
+            result.problems.append(Problem(offset, None, f"{_reason(error, reader.path)}; skipped to the next record at byte {nxt}"))
+            continue
+        if keys == "counter":
+            key: Any = len(lines)
+        else:
+            head = reader.head_at(offset, IRHEADER_SIZE)
+            if len(head) < IRHEADER_SIZE:
+                raise Im2recError(
+                    f"{rec}: the record at byte {offset} is {len(head)} bytes, too short for an IRHeader to "
+                    f"take a key from: use --keys counter"
+                )
+            key = int.from_bytes(head[8:16], "little")
+        lines.append(f"{key}\t{offset}\n")
+    with atomic_open(idx, "w", encoding="ascii", newline="\n") as f:
+        f.writelines(lines)
+    result.entries = len(lines)
+    reader.close()
+    return result

@@ -1,0 +1,232 @@
+"""inspect, verify, extract and index, on good and deliberately damaged files."""
+
+import json
+import shutil
+import struct
+
+import cv2
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from im2rec import recordio
+from im2rec.cli import main
+
+from test_dataset import make_insightface
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture
+def golden_copy(tmp_path, data_dir):
+    """A writable copy of im2rec.py's pass-through output (14 JPEG/PNG records)."""
+    for ext in ("rec", "idx", "lst"):
+        shutil.copy(data_dir / "im2rec_pack_pass" / f"all.{ext}", tmp_path / f"all.{ext}")
+    return tmp_path / "all.rec"
+
+
+def offsets(rec):
+    return [int(line.split("\t")[1]) for line in open(str(rec)[:-4] + ".idx").read().splitlines()]
+
+
+def keys(rec):
+    return [int(line.split("\t")[0]) for line in open(str(rec)[:-4] + ".idx").read().splitlines()]
+
+
+def damage(rec, pos, value=None):
+    blob = bytearray(rec.read_bytes())
+    blob[pos] = value if value is not None else blob[pos] ^ 0xFF
+    rec.write_bytes(bytes(blob))
+
+
+# --------------------------------------------------------------------------- inspect
+
+
+def test_inspect(golden_copy):
+    result = run("inspect", golden_copy)
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"{golden_copy}: 14 records, 0.2 MB, index ")
+    assert lines[1] == "  labels: 4 classes over 14 records (2 to 4 per class)"
+    assert "sample of 14: 11 JPEG, 3 PNG" in result.stdout
+    report = json.loads(run("inspect", golden_copy, "--json").stdout)
+    assert report["records"] == 14 and report["labels"]["classes"] == 4
+    assert report["labels"]["per_class"] == {"0": 2, "1": 4, "2": 4, "3": 4}
+    assert report["sample"]["formats"] == {"JPEG": 11, "PNG": 3}
+    assert report["payload_bytes"]["max"] > report["payload_bytes"]["min"] > 24
+    assert report["damaged"] == []
+
+
+def test_inspect_insightface(tmp_path):
+    make_insightface(tmp_path / "train.rec")
+    report = json.loads(run("inspect", tmp_path / "train.rec", "--json").stdout)
+    assert report["insightface"] == {"images": 12, "identities": 3, "header": [13, 16]}
+    assert report["image_records"] == 12 and report["labels"]["classes"] == 3
+    assert "insightface: 12 images, 3 identities" in run("inspect", tmp_path / "train.rec").stdout
+
+
+@pytest.mark.parametrize("with_idx", [True, False])
+def test_inspect_skips_a_damaged_record(golden_copy, with_idx):
+    fifth = offsets(golden_copy)[5]
+    damage(golden_copy, fifth)  # the magic of the 6th record
+    if not with_idx:
+        golden_copy.with_suffix(".idx").unlink()
+    result = run("inspect", golden_copy, "--json")
+    assert result.exit_code == 0
+    report = json.loads(result.stdout)
+    assert report["image_records"] == 13
+    assert len(report["damaged"]) == 1 and report["damaged"][0].startswith(f"byte {fifth}")
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def test_verify_clean(golden_copy, data_dir):
+    result = run("verify", golden_copy, "--decode")
+    assert result.exit_code == 0
+    assert result.stdout == f"{golden_copy}: 14 records, 14 images decoded, 0 problems\n"
+    assert run("verify", data_dir / "raw.rec").exit_code == 0
+
+
+def test_verify_bad_magic_in_the_middle(golden_copy):
+    offs, k = offsets(golden_copy), keys(golden_copy)
+    damage(golden_copy, offs[5])
+    result = run("verify", golden_copy)
+    assert result.exit_code == 1
+    assert f"{golden_copy}: byte {offs[5]}, key {k[5]}: no record at byte {offs[5]}: expected the magic 0xced7230a, found 0xced723f5; the next record starts at byte {offs[6]}" in result.stderr
+    assert f"byte {offs[5]}, key {k[5]}: {golden_copy.with_suffix('.idx')}:6: the offset is not a record head" in result.stderr
+    assert result.stdout.endswith("13 records, 2 problems\n")
+
+
+def test_verify_corrupt_length_hides_records(golden_copy):
+    offs = offsets(golden_copy)
+    length = struct.unpack_from("<I", golden_copy.read_bytes(), offs[2] + 4)[0]
+    blob = bytearray(golden_copy.read_bytes())
+    struct.pack_into("<I", blob, offs[2] + 4, length + (offs[4] - offs[3]))  # swallow the 4th record
+    golden_copy.write_bytes(bytes(blob))
+    result = run("verify", golden_copy)
+    assert result.exit_code == 1
+    assert f"byte {offs[3]}, key {keys(golden_copy)[3]}: a record head inside the record at byte {offs[2]}: that record's length is probably corrupt" in result.stderr
+
+
+def test_verify_index_problems(golden_copy):
+    idx = golden_copy.with_suffix(".idx")
+    lines = idx.read_text().splitlines()
+    k0, o0 = lines[0].split("\t")
+    lines[3] = f"{k0}\t{lines[3].split(chr(9))[1]}"  # a duplicate key
+    lines[4] = f"{lines[4].split(chr(9))[0]}\t{o0}"  # a duplicate offset, and record 5 missing
+    lines[6] = f"{lines[6].split(chr(9))[0]}\t{int(lines[6].split(chr(9))[1]) + 4}"  # not a head
+    idx.write_text("\n".join(lines) + "\n")
+    result = run("verify", golden_copy)
+    assert result.exit_code == 1
+    err = result.stderr
+    assert f"{idx}:4: key {k0} is also on line 1" in err
+    assert f"{idx}:5: offset {o0} is also on line 1 (a duplicate offset ends a dmlc epoch early)" in err
+    assert f"{idx}:7: the offset is not a record head" in err
+    assert err.count(f"the record is missing from {idx}") == 2
+
+
+def test_verify_file_size_and_truncation(golden_copy):
+    golden_copy.write_bytes(golden_copy.read_bytes()[:-2])
+    result = run("verify", golden_copy)
+    assert result.exit_code == 1
+    assert "not a multiple of 4: dmlc's InputSplit refuses to open it" in result.stderr
+    assert "truncated record at byte" in result.stderr
+
+
+def test_verify_decode_finds_a_broken_image(tmp_path):
+    img = cv2.imencode(".jpg", np.full((20, 20, 3), 90, np.uint8))[1].tobytes()
+    with recordio.MXIndexedRecordIO(tmp_path / "d.idx", tmp_path / "d.rec", "w") as w:
+        w.write_idx(0, recordio.pack((0, 1.0, 0, 0), img))
+        w.write_idx(1, recordio.pack((0, 1.0, 1, 0), img[: len(img) // 2]))
+        w.write_idx(2, recordio.pack((0, 1.0, 2, 0), b"<html>"))
+    assert run("verify", tmp_path / "d.rec").exit_code == 0
+    result = run("verify", tmp_path / "d.rec", "--decode")
+    assert result.exit_code == 1
+    assert "key 1: image not decodable: OpenCV could not decode the JPEG data (corrupt or truncated)" in result.stderr
+    assert "key 2: image not decodable: it starts with '<html>' (text)" in result.stderr
+
+
+def test_verify_insightface_skips_non_image_records(tmp_path):
+    make_insightface(tmp_path / "train.rec")
+    result = run("verify", tmp_path / "train.rec", "--decode")
+    assert result.exit_code == 0, result.stderr
+    assert "12 images decoded" in result.stdout
+
+
+# --------------------------------------------------------------------------- extract
+
+
+def test_extract_then_repack_gives_identical_bytes(golden_copy, tmp_path):
+    out = tmp_path / "out"
+    result = run("extract", golden_copy, out)
+    assert result.exit_code == 0, result.output
+    assert f"rebuild with: im2rec pack {out / 'all.lst'} {out} NEW.rec --pass-through" in result.stdout
+    assert sorted(p.name for p in (out / "1").iterdir()) == ["2.jpg", "3.jpg", "4.jpg", "5.png"]
+    assert run("pack", out / "all.lst", out, tmp_path / "new.rec", "--pass-through").exit_code == 0
+    assert (tmp_path / "new.rec").read_bytes() == golden_copy.read_bytes()
+    assert (tmp_path / "new.idx").read_bytes() == golden_copy.with_suffix(".idx").read_bytes()
+
+
+def test_extract_multi_label_then_repack(data_dir, tmp_path):
+    golden = data_dir / "im2rec_pack_multilabel"
+    result = run("extract", golden / "ml.rec", tmp_path / "out", "--flat")
+    assert result.exit_code == 0
+    assert "--pass-through --label-width 3" in result.stdout
+    assert run("pack", tmp_path / "out" / "ml.lst", tmp_path / "out", tmp_path / "new.rec", "--pass-through", "--label-width", "3").exit_code == 0
+    assert (tmp_path / "new.rec").read_bytes() == (golden / "ml.rec").read_bytes()
+
+
+def test_extract_skips_a_damaged_record(golden_copy, tmp_path):
+    offs = offsets(golden_copy)
+    damage(golden_copy, offs[5])
+    result = run("extract", golden_copy, tmp_path / "out")
+    assert result.exit_code == 1
+    assert f"byte {offs[5]}, key {keys(golden_copy)[5]}: no record at byte {offs[5]}" in result.stderr
+    assert "extracted 13 images" in result.stdout
+
+
+def test_extract_refuses_to_overwrite(golden_copy, tmp_path):
+    assert run("extract", golden_copy, tmp_path / "out", "-q").exit_code == 0
+    result = run("extract", golden_copy, tmp_path / "out")
+    assert result.exit_code == 1 and "exists: pass --overwrite to replace it" in result.stderr
+    assert run("extract", golden_copy, tmp_path / "out", "--overwrite", "-q").exit_code == 0
+
+
+# --------------------------------------------------------------------------- index
+
+
+def test_index_rebuild_gives_the_same_idx(golden_copy):
+    idx = golden_copy.with_suffix(".idx")
+    original = idx.read_bytes()
+    idx.unlink()
+    result = run("index", golden_copy)
+    assert result.exit_code == 0 and result.stdout == f"{idx}: 14 entries\n"
+    assert idx.read_bytes() == original
+
+
+def test_index_counter_keys_and_overwrite(golden_copy, tmp_path):
+    result = run("index", golden_copy)
+    assert result.exit_code == 1 and "exists: pass --overwrite to replace it" in result.stderr
+    assert run("index", golden_copy, "--keys", "counter", "--idx", tmp_path / "c.idx").exit_code == 0
+    keys = [line.split("\t")[0] for line in (tmp_path / "c.idx").read_text().splitlines()]
+    assert keys == [str(i) for i in range(14)]
+
+
+def test_index_needs_headers_for_id_keys(data_dir, tmp_path):
+    shutil.copy(data_dir / "raw.rec", tmp_path / "raw.rec")
+    result = run("index", tmp_path / "raw.rec")
+    assert result.exit_code == 1
+    assert "record at byte 0 is 0 bytes, too short for an IRHeader to take a key from: use --keys counter" in result.stderr
+    assert run("index", tmp_path / "raw.rec", "--keys", "counter").exit_code == 0
+
+
+def test_index_skips_a_damaged_record(golden_copy):
+    offs = offsets(golden_copy)
+    damage(golden_copy, offs[5])
+    result = run("index", golden_copy, "--overwrite")
+    assert result.exit_code == 1
+    assert f"byte {offs[5]}: no record at byte {offs[5]}" in result.stderr
+    assert result.stdout.endswith("13 entries\n")
