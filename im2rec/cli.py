@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import click
 
-from . import __version__, image, inspection, listing
+from . import __version__, image, inspection, listing, shards
 from . import packing
 from .errors import Im2recError, TooManyFailures
 
@@ -127,6 +127,18 @@ def list_command(root, prefix, exts, recursive, train_ratio, test_ratio, chunks,
         click.echo(f"{result.classes_path}: {plural(len(result.classes), 'class', 'classes')}")
 
 
+class SizeType(click.ParamType):
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        try:
+            return shards.parse_size(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
 class InterMethod(click.ParamType):
     name = "METHOD"
 
@@ -195,9 +207,14 @@ def _raise_terminated(signum, frame):
 @click.option("--overwrite", is_flag=True, help="Replace existing outputs (and the files of an interrupted run).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run of the same command from its last complete record.")
 @click.option("--stats", "stats_path", type=click.Path(dir_okay=False), default=None, help="Write a JSON audit record: version, options, counts, bytes, timings, sha256 of the outputs.")
+@click.option("--num-parts", type=click.IntRange(min=1), default=1, show_default=True, help="Split the list into N contiguous parts (with --part-index or --dask).")
+@click.option("--part-index", type=click.IntRange(min=0), default=None, help="Pack only part I of --num-parts, to OUT-0000I-of-0000N.rec; join parts with `im2rec merge`.")
+@click.option("--shard-size", type=SizeType(), default=None, help="Start a new shard OUT-00000.rec, OUT-00001.rec, ... before one would pass SIZE (e.g. 1GB, 500MB); writes OUT.shards.json.")
+@click.option("--dask", "dask_address", metavar="ADDRESS", default=None, help="Run the parts as tasks on a Dask cluster (tcp://host:8786, or 'local'), then merge them. Needs im2rec[dask].")
+@click.option("--no-merge", is_flag=True, help="With --dask: keep the parts, do not merge them.")
 @quiet_option
 @translate_errors
-def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, pass_through, inter_method, full_decode, max_pixels, pack_label, label_width, workers, strict, max_errors, overwrite, resume, stats_path, quiet):
+def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, pass_through, inter_method, full_decode, max_pixels, pack_label, label_width, workers, strict, max_errors, overwrite, resume, stats_path, num_parts, part_index, shard_size, dask_address, no_merge, quiet):
     """Pack the images of LIST (paths relative to ROOT) into OUT.rec and OUT.idx.
 
     OUT defaults to LIST with .rec. Each record holds the list index as its id and
@@ -215,6 +232,9 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
       im2rec pack val.lst images/ --resize 256 --center-crop --encoding .png
       im2rec pack train.lst images/ --strict --stats pack.json   # for CI
       im2rec pack train.lst images/ --resize 256 --resume  # after a crash or kill
+      im2rec pack train.lst images/ out.rec --num-parts 8 --part-index 3   # one of 8 array jobs
+      im2rec pack train.lst images/ out.rec --dask tcp://scheduler:8786    # on a Dask cluster
+      im2rec pack train.lst images/ out.rec --shard-size 1GB               # out-00000.rec, ...
 
     \b
     Exit status:
@@ -238,6 +258,14 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
         )
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="'--quality'") from None
+    if part_index is not None and part_index >= num_parts:
+        raise click.BadParameter(f"{part_index} is not below --num-parts {num_parts}", param_hint="'--part-index'")
+    if num_parts > 1 and part_index is None and dask_address is None:
+        raise click.UsageError("--num-parts needs --part-index (one part) or --dask (all parts, then a merge)")
+    if dask_address is not None and part_index is not None:
+        raise click.UsageError("--dask runs every part: leave out --part-index")
+    if shard_size is not None and (part_index is not None or dask_address is not None or resume):
+        raise click.UsageError("--shard-size cannot be combined with --part-index, --dask or --resume")
     options = packing.PackOptions(
         image=image_options,
         pack_label=pack_label,
@@ -246,7 +274,13 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
         overwrite=overwrite,
         resume=resume,
         max_errors=max_errors,
+        num_parts=num_parts,
+        part_index=part_index,
+        shard_size=shard_size,
     )
+    if dask_address is not None:
+        _pack_with_dask(lst, root, out, options, dask_address, num_parts if num_parts > 1 else None, not no_merge, strict, quiet)
+        return
     bar = _Bar(not quiet)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
@@ -273,6 +307,51 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
 
 
 rec_argument = click.argument("rec", type=click.Path(exists=True, dir_okay=False))
+
+
+def _pack_with_dask(lst, root, out, options, address, num_parts, merge, strict, quiet):
+    from . import distributed
+
+    def on_part(i, summary, error):
+        if error is not None:
+            click.echo(f"part {i}: failed: {error}", err=True)
+        elif not quiet:
+            click.echo(f"part {i}: {packing.summary_line(summary)}", err=True)
+
+    result = distributed.pack_dask(lst, root, out, options, address, num_parts, merge, on_part)
+    failures = result.failures
+    if not quiet:
+        where = result.rec if result.merged else f"{result.num_parts} parts next to {result.rec}"
+        failed = ", ".join(f"{n:,} {kind}" for kind, n in sorted(failures.items()))
+        click.echo(
+            f"packed {result.packed:,} of {result.images:,} images into {where} ({result.bytes / 1e6:,.1f} MB) "
+            f"with {result.num_parts} Dask tasks on {result.workers} workers in {result.seconds:.1f} s; "
+            + (f"{sum(failures.values()):,} failed ({failed})" if failures else "0 failed")
+        )
+    if strict and failures:
+        raise click.ClickException(f"{sum(failures.values()):,} image(s) failed (--strict)")
+
+
+@main.command("merge")
+@click.argument("out", type=click.Path(dir_okay=False))
+@click.argument("parts", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--overwrite", is_flag=True, help="Replace an existing OUT.")
+@quiet_option
+@translate_errors
+def merge_command(out, parts, overwrite, quiet):
+    """Concatenate PART.rec files into OUT.rec and rewrite the .idx offsets.
+
+    Parts named OUT-0000I-of-0000N.rec (from `pack --num-parts N --part-index I`)
+    are put in order and must all be there; the result is byte-identical to one
+    pack of the whole list. Their .failed.tsv files are joined too.
+
+    \b
+    Example:
+      im2rec merge out.rec out-*-of-00008.rec
+    """
+    result = shards.merge_parts(out, parts, overwrite=overwrite)
+    if not quiet:
+        click.echo(f"merged {len(result.parts)} parts into {out}: {result.records:,} records, {result.bytes / 1e6:,.1f} MB")
 
 
 def _print_problems(rec: str, problems, limit: int = 1000) -> None:

@@ -48,6 +48,7 @@ from .fsutil import commit, remove_quietly
 from .image import ImageOptions, init_worker, transform
 from .lst import iter_lst
 from .pool import OrderedPool
+from .shards import ShardedWriter, existing_shard_outputs, part_path
 
 __all__ = [
     "PackOptions",
@@ -90,6 +91,13 @@ class PackOptions:
         overwrite: replace existing outputs (and discard an interrupted run's files).
         resume: continue an interrupted run from its last complete record.
         max_errors: stop (and fail) when more images than this have failed.
+        num_parts, part_index: pack only part ``part_index`` of ``num_parts`` contiguous
+            slices of the list (entries ``[n*I//N, n*(I+1)//N)``), to
+            ``OUT-0000I-of-0000N.rec``; ``merge`` joins the parts.
+        shard_size: start a new ``OUT-0000K.rec`` whenever the next record would take
+            the current one past this many bytes, and list them in ``OUT.shards.json``.
+        in_process: encode in this process instead of a worker pool (for callers that
+            are themselves worker processes, such as Dask tasks).
     """
 
     image: ImageOptions = field(default_factory=ImageOptions)
@@ -99,6 +107,10 @@ class PackOptions:
     overwrite: bool = False
     resume: bool = False
     max_errors: Optional[int] = None
+    num_parts: int = 1
+    part_index: Optional[int] = None
+    shard_size: Optional[int] = None
+    in_process: bool = False
 
     def __post_init__(self) -> None:
         if self.label_width is not None and self.label_width < 1:
@@ -107,6 +119,10 @@ class PackOptions:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
         if self.max_errors is not None and self.max_errors < 0:
             raise ValueError(f"max_errors must be 0 or more, got {self.max_errors}")
+        if self.num_parts < 1 or (self.part_index is not None and not 0 <= self.part_index < self.num_parts):
+            raise ValueError(f"part_index must be in [0, num_parts={self.num_parts}), got {self.part_index}")
+        if self.shard_size is not None and (self.shard_size < 1 or self.part_index is not None or self.resume):
+            raise ValueError("shard_size must be positive, and cannot be combined with parts or resume")
 
     def output_affecting(self) -> dict:
         """The options that change the bytes written (what a resumed run must share)."""
@@ -114,7 +130,14 @@ class PackOptions:
             "image": dataclasses.asdict(self.image),
             "pack_label": self.pack_label,
             "label_width": self.label_width,
+            "part": [self.part_index, self.num_parts] if self.part_index is not None else None,
         }
+
+    def part_slice(self, n: int) -> Tuple[int, int]:
+        """The list positions ``[start, stop)`` this run packs, for a list of ``n`` entries."""
+        if self.part_index is None:
+            return 0, n
+        return n * self.part_index // self.num_parts, n * (self.part_index + 1) // self.num_parts
 
 
 class Task(NamedTuple):
@@ -152,6 +175,8 @@ class PackSummary:
     resumed_packed: int = 0  # records already written by it
     complete: bool = False
     already_complete: bool = False  # resume=True found the outputs finished
+    manifest: Optional[str] = None  # with shard_size: the manifest, and the shards
+    shards: List[str] = field(default_factory=list)
 
     @property
     def failed(self) -> int:
@@ -256,9 +281,11 @@ def check_list(lst: str, opts: PackOptions) -> ListCheck:
     return ListCheck(len(indices), extra)
 
 
-def iter_tasks(lst: str, root: str, opts: PackOptions, start: int = 0) -> Iterator[Task]:
-    """The list's entries from position ``start`` on, as Tasks, read lazily."""
+def iter_tasks(lst: str, root: str, opts: PackOptions, start: int = 0, stop: Optional[int] = None) -> Iterator[Task]:
+    """The list's entries at positions ``[start, stop)`` as Tasks, read lazily."""
     for seq, (_, entry) in enumerate(iter_lst(lst)):
+        if stop is not None and seq >= stop:
+            return
         if seq >= start:
             yield Task(seq, entry.index, _label_of(entry.labels, opts), entry.path, os.path.join(root, entry.path))
 
@@ -307,7 +334,7 @@ def _weigh(result: Result) -> int:
 @contextmanager
 def _encoder(opts: PackOptions) -> Iterator[Callable[[Iterable[Task]], Iterator[Result]]]:
     """Stage 2 as a function from Tasks to Results in order: a process pool, or inline."""
-    if opts.image.pass_through:
+    if opts.image.pass_through or opts.in_process:
         yield lambda tasks: (encode_record(t, opts.image) for t in tasks)
         return
     with OrderedPool(
@@ -468,7 +495,10 @@ def pack(
     opts = options or PackOptions()
     progress = progress or Progress()
     started = time.perf_counter()
-    out = Outputs.for_rec(out_rec or os.path.splitext(lst)[0] + ".rec")
+    out_rec = out_rec or os.path.splitext(lst)[0] + ".rec"
+    if opts.part_index is not None:
+        out_rec = part_path(out_rec, opts.part_index, opts.num_parts)
+    out = Outputs.for_rec(out_rec)
     summary = PackSummary(lst, root, out)
     if not os.path.isdir(root):
         raise PackError(f"{root}: no such folder")
@@ -480,7 +510,8 @@ def pack(
         return summary
 
     check = check_list(lst, opts)
-    summary.images = check.lines
+    start, stop = opts.part_slice(check.lines)
+    summary.images = stop - start
     if check.extra_labels:
         log.warning(
             "%s: %d line(s) have more than one label; only the first is packed "
@@ -488,6 +519,18 @@ def pack(
             lst,
             check.extra_labels,
         )
+    if opts.shard_size:
+        _pack_sharded(lst, root, opts, progress, summary)
+    else:
+        _pack_single(lst, root, opts, progress, summary, start, stop)
+    summary.complete = True
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _pack_single(lst: str, root: str, opts: PackOptions, progress: Progress, summary: PackSummary, start: int, stop: int) -> None:
+    """Stages 2 and 3 into one ``.rec``/``.idx``, growing as ``.partial`` files, resumable."""
+    out = summary.outputs
     resuming = _prepare_outputs(out, lst, root, opts)
     rec_p, idx_p, failed_p = out.partials
     try:
@@ -504,11 +547,11 @@ def pack(
                 failed_file.write(FAILED_HEADER)
             os.replace(idx_p + ".new", idx_p)
             os.replace(failed_p + ".new", failed_p)
+            first = max(start, summary.resumed_from)
             with recordio.RecordWriter(rec_file, idx_file) as writer:
-                progress.start(summary.images, summary.resumed_from)
+                progress.start(summary.images, first - start)
                 with _encoder(opts) as encode:
-                    tasks = iter_tasks(lst, root, opts, start=summary.resumed_from)
-                    _write(encode(tasks), writer, failed_file, summary, opts, progress)
+                    _write(encode(iter_tasks(lst, root, opts, first, stop)), writer, failed_file, summary, opts, progress)
                 summary.bytes = writer.tell()
         for tmp, final in zip(out.partials, out.finals):
             commit(tmp, final)
@@ -518,9 +561,36 @@ def pack(
             f"{e.filename or rec_p}: {e.strerror or e}; the partial output is kept: "
             f"rerun with --resume once this is fixed (or --overwrite to start again)"
         ) from None
-    summary.complete = True
-    summary.seconds = time.perf_counter() - started
-    return summary
+
+
+def _pack_sharded(lst: str, root: str, opts: PackOptions, progress: Progress, summary: PackSummary) -> None:
+    """Stages 2 and 3 into size-limited shards and their manifest (not resumable: reruns start over)."""
+    out = summary.outputs
+    existing = existing_shard_outputs(out.rec) + [p for p in (out.failed, out.failed + ".partial") if os.path.exists(p)]
+    if existing and not opts.overwrite:
+        raise PackError(f"{existing[0]} exists: pass --overwrite to replace it")
+    for path in existing:
+        remove_quietly(path)
+    writer = ShardedWriter(out.rec, opts.shard_size)  # type: ignore[arg-type]
+    failed_p = out.failed + ".partial"
+    try:
+        with open(failed_p, "w", encoding="utf-8", newline="\n") as failed_file:
+            failed_file.write(FAILED_HEADER)
+            progress.start(summary.images, 0)
+            with _encoder(opts) as encode:
+                _write(encode(iter_tasks(lst, root, opts)), writer, failed_file, summary, opts, progress)
+            summary.bytes = writer.tell()
+        summary.manifest = writer.commit()
+        summary.shards = [s.rec for s in writer.shards]
+        commit(failed_p, out.failed)
+    except OSError as e:
+        writer.abort()
+        remove_quietly(failed_p)
+        raise PackError(f"{e.filename or out.rec}: {e.strerror or e}") from None
+    except BaseException:
+        writer.abort()
+        remove_quietly(failed_p)
+        raise
 
 
 # --------------------------------------------------------------------------- reporting
@@ -533,8 +603,9 @@ def summary_line(s: PackSummary) -> str:
     rate = (s.packed - s.resumed_packed) / s.seconds if s.seconds else 0.0
     failed = ", ".join(f"{n:,} {kind}" for kind, n in sorted(s.failures.items()))
     resumed = f" (resumed after {s.resumed_from:,})" if s.resumed_from else ""
+    into = f"{len(s.shards)} shards listed in {s.manifest}" if s.manifest else s.outputs.rec
     return (
-        f"packed {s.packed:,} of {s.images:,} images{resumed} into {s.outputs.rec} ({s.bytes / 1e6:,.1f} MB) "
+        f"packed {s.packed:,} of {s.images:,} images{resumed} into {into} ({s.bytes / 1e6:,.1f} MB) "
         f"in {s.seconds:.1f} s ({rate:,.0f} images/s); "
         + (f"{s.failed:,} failed ({failed}), listed in {s.outputs.failed}" if s.failed else "0 failed")
     )
@@ -548,6 +619,17 @@ def _sha256(path: str) -> Optional[str]:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def _output_hashes(s: PackSummary) -> dict:
+    files = {"failed": s.outputs.failed}
+    if s.manifest:
+        files["manifest"] = s.manifest
+        files.update({f"shard {n}": rec for n, rec in enumerate(s.shards)})
+        files.update({f"shard {n} idx": os.path.splitext(rec)[0] + ".idx" for n, rec in enumerate(s.shards)})
+    else:
+        files.update(rec=s.outputs.rec, idx=s.outputs.idx)
+    return {name: {"path": os.path.abspath(path), "sha256": _sha256(path)} for name, path in files.items()}
 
 
 def write_stats(path: str, summary: PackSummary, options: PackOptions, argv: Optional[List[str]] = None) -> dict:
@@ -570,11 +652,7 @@ def write_stats(path: str, summary: PackSummary, options: PackOptions, argv: Opt
         "bytes": s.bytes,
         "seconds": round(s.seconds, 3),
         "images_per_second": round(s.packed / s.seconds, 1) if s.seconds else None,
-        "outputs": {
-            "rec": {"path": os.path.abspath(s.outputs.rec), "sha256": _sha256(s.outputs.rec)},
-            "idx": {"path": os.path.abspath(s.outputs.idx), "sha256": _sha256(s.outputs.idx)},
-            "failed": {"path": os.path.abspath(s.outputs.failed), "sha256": _sha256(s.outputs.failed)},
-        },
+        "outputs": _output_hashes(s),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     tmp = path + ".partial"

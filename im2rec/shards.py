@@ -1,0 +1,296 @@
+"""Several ``.rec`` files made or read as one: part names, merging, size-limited shards, manifests.
+
+* Parts (``pack --num-parts N --part-index I``) are contiguous slices of one list,
+  written as ``OUT-0000I-of-0000N.rec``; ``merge_parts`` concatenates them. RecordIO
+  records do not depend on their position (every part starts 4-aligned), so the
+  merged ``.rec`` is byte-identical to one pack of the whole list, and its ``.idx``
+  is the parts' lines with offsets shifted.
+* Shards (``pack --shard-size SIZE``) split one run's output into
+  ``OUT-00000.rec``, ``OUT-00001.rec``, ... each under SIZE bytes, listed in a
+  manifest ``OUT.shards.json`` that ``RecordDataset`` reads as one dataset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from . import __version__
+from .errors import Im2recError
+from .fsutil import commit, remove_quietly
+from .recordio import RecordWriter, framed_size, read_index
+
+__all__ = [
+    "part_path",
+    "shard_path",
+    "manifest_path",
+    "parse_size",
+    "merge_parts",
+    "MergeResult",
+    "ShardedWriter",
+    "existing_shard_outputs",
+    "read_manifest",
+]
+
+_PART_RE = re.compile(r"-(\d{5})-of-(\d{5})\.rec$")
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def part_path(out_rec: str, index: int, count: int) -> str:
+    """``out.rec`` -> ``out-00001-of-00003.rec`` for part 1 of 3."""
+    return f"{os.path.splitext(out_rec)[0]}-{index:05d}-of-{count:05d}.rec"
+
+
+def shard_path(out_rec: str, index: int) -> str:
+    """``out.rec`` -> ``out-00002.rec`` for shard 2."""
+    return f"{os.path.splitext(out_rec)[0]}-{index:05d}.rec"
+
+
+def manifest_path(out_rec: str) -> str:
+    return os.path.splitext(out_rec)[0] + ".shards.json"
+
+
+def parse_size(text: str) -> int:
+    """``"1GB"`` -> 10**9, ``"500MB"``, ``"64MiB"`` -> 2**26, ``"12345"`` -> 12345 bytes.
+
+    Raises:
+        ValueError: not a size.
+    """
+    m = _SIZE_RE.match(text)
+    unit = (m.group(2) or "").lower() if m else ""
+    if not m or unit not in _UNITS:
+        raise ValueError(f"{text!r} is not a size: use bytes or a unit such as 500MB, 1GB, 64MiB")
+    size = int(float(m.group(1)) * _UNITS[unit])
+    if size < 1:
+        raise ValueError(f"{text!r} is not a positive size")
+    return size
+
+
+def _stem(rec: str) -> str:
+    return os.path.splitext(rec)[0]
+
+
+# --------------------------------------------------------------------------- merging parts
+
+
+@dataclass
+class MergeResult:
+    rec: str
+    parts: List[str]
+    records: int = 0
+    bytes: int = 0
+    failures: int = 0
+
+
+def _order_parts(parts: Sequence[str]) -> List[str]:
+    """Parts named ``-0000I-of-0000N``: sorted, and all N present. Other names: as given."""
+    found = [(_PART_RE.search(p), p) for p in parts]
+    if not all(m for m, _ in found):
+        return list(parts)
+    counts = {int(m.group(2)) for m, _ in found}  # type: ignore[union-attr]
+    if len(counts) != 1:
+        raise Im2recError(f"the parts come from runs with different part counts: {sorted(counts)}")
+    count = counts.pop()
+    by_index = {int(m.group(1)): p for m, p in found}  # type: ignore[union-attr]
+    if len(by_index) != len(parts):
+        raise Im2recError("a part is named twice")
+    missing = sorted(set(range(count)) - set(by_index))
+    if missing:
+        names = ", ".join(str(i) for i in missing[:10])
+        raise Im2recError(f"missing part(s) {names} of {count}: merge needs every part (or name them all explicitly)")
+    return [by_index[i] for i in range(count)]
+
+
+def merge_parts(out_rec: str, parts: Sequence[str], overwrite: bool = False) -> MergeResult:
+    """Concatenate part ``.rec`` files into ``out_rec`` and write its ``.idx`` (and ``.failed.tsv``).
+
+    Parts named ``OUT-0000I-of-0000N.rec`` are put in order and must all be there.
+    Outputs are written under temporary names and renamed when complete.
+
+    Raises:
+        Im2recError: a part or its ``.idx`` is missing or malformed, keys repeat across
+            parts, or an output exists without ``overwrite``.
+    """
+    ordered = _order_parts([os.fspath(p) for p in parts])
+    if not ordered:
+        raise Im2recError("merge needs at least one part")
+    out_idx, out_failed = _stem(out_rec) + ".idx", _stem(out_rec) + ".failed.tsv"
+    if not overwrite:
+        for path in (out_rec, out_idx):
+            if os.path.exists(path):
+                raise Im2recError(f"{path} exists: pass --overwrite to replace it")
+    if os.path.abspath(out_rec) in {os.path.abspath(p) for p in ordered}:
+        raise Im2recError(f"{out_rec} is one of the parts")
+    result = MergeResult(out_rec, ordered)
+    keys, offsets = [], []
+    base = 0
+    for part in ordered:
+        idx = _stem(part) + ".idx"
+        for path in (part, idx):
+            if not os.path.exists(path):
+                raise Im2recError(f"{path}: no such file")
+        size = os.path.getsize(part)
+        if size % 4:
+            raise Im2recError(f"{part}: {size} bytes is not a multiple of 4; is the part complete?")
+        index = read_index(idx)
+        index.validate(size, part)
+        keys.append(index.key_list)
+        offsets.append(index.offsets + base)
+        base += size
+    all_keys = np.concatenate(keys) if keys else np.zeros(0, np.int64)
+    uniq, counts = np.unique(all_keys, return_counts=True)
+    if (counts > 1).any():
+        raise Im2recError(f"key {int(uniq[counts > 1][0])} appears in more than one part: these are not parts of one list")
+    tmp_rec, tmp_idx, tmp_failed = out_rec + ".partial", out_idx + ".partial", out_failed + ".partial"
+    try:
+        with open(tmp_rec, "wb") as out:
+            for part in ordered:
+                with open(part, "rb") as f:
+                    shutil.copyfileobj(f, out, 1 << 24)
+        with open(tmp_idx, "w", encoding="ascii", newline="\n") as f:
+            for k, o in zip(keys, offsets):
+                f.writelines(f"{a}\t{b}\n" for a, b in zip(k.tolist(), o.tolist()))
+        failed_parts = [_stem(p) + ".failed.tsv" for p in ordered]
+        if any(os.path.exists(p) for p in failed_parts):
+            with open(tmp_failed, "w", encoding="utf-8", newline="\n") as out:
+                out.write("index\tpath\treason\n")
+                for path in failed_parts:
+                    if os.path.exists(path):
+                        with open(path, encoding="utf-8") as f:
+                            lines = f.read().splitlines()[1:]
+                        out.writelines(line + "\n" for line in lines)
+                        result.failures += len(lines)
+            commit(tmp_failed, out_failed)
+        commit(tmp_rec, out_rec)
+        commit(tmp_idx, out_idx)
+    except OSError as e:
+        raise Im2recError(f"{e.filename or tmp_rec}: {e.strerror or e}") from None
+    finally:
+        for tmp in (tmp_rec, tmp_idx, tmp_failed):
+            remove_quietly(tmp)
+    result.records, result.bytes = int(all_keys.size), base
+    return result
+
+
+# --------------------------------------------------------------------------- size-limited shards
+
+
+@dataclass
+class _Shard:
+    rec: str
+    idx: str
+    records: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class ShardedWriter:
+    """Writes records to ``OUT-00000.rec``, ``OUT-00001.rec``, ... starting a new shard
+    whenever the next record would take the current one past ``limit`` bytes (a
+    record larger than the limit gets a shard of its own). Each shard has its
+    ``.idx``; all are written as ``.partial`` files until ``commit()``, which renames
+    them and writes the manifest ``OUT.shards.json``.
+    """
+
+    out_rec: str
+    limit: int
+    shards: List[_Shard] = field(default_factory=list)
+    _writer: Optional[RecordWriter] = None
+
+    def tell(self) -> int:
+        """Bytes written over all shards."""
+        return sum(s.bytes for s in self.shards)
+
+    def write_idx(self, key: Any, payload: bytes) -> int:
+        size = framed_size(payload)
+        current = self.shards[-1] if self.shards else None
+        if current is None or (current.bytes and current.bytes + size > self.limit):
+            self._rotate()
+            current = self.shards[-1]
+        offset = self._writer.write_idx(key, payload)  # type: ignore[union-attr]
+        current.records += 1
+        current.bytes = self._writer.tell()  # type: ignore[union-attr]
+        return offset
+
+    def _rotate(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        rec = shard_path(self.out_rec, len(self.shards))
+        self.shards.append(_Shard(rec, _stem(rec) + ".idx"))
+        self._writer = RecordWriter(rec + ".partial", _stem(rec) + ".idx.partial")
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def partials(self) -> List[str]:
+        return [p for s in self.shards for p in (s.rec + ".partial", s.idx + ".partial")]
+
+    def commit(self) -> str:
+        """Rename every shard into place and write the manifest; returns its path."""
+        self.close()
+        for s in self.shards:
+            commit(s.rec + ".partial", s.rec)
+            commit(s.idx + ".partial", s.idx)
+        path = manifest_path(self.out_rec)
+        folder = os.path.dirname(os.path.abspath(path))
+        manifest: Dict[str, Any] = {
+            "im2rec": __version__,
+            "format": "im2rec shards 1",
+            "records": sum(s.records for s in self.shards),
+            "bytes": self.tell(),
+            "shard_size_limit": self.limit,
+            "shards": [
+                {"rec": os.path.relpath(os.path.abspath(s.rec), folder), "idx": os.path.relpath(os.path.abspath(s.idx), folder), "records": s.records, "bytes": s.bytes}
+                for s in self.shards
+            ],
+        }
+        with open(path + ".partial", "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=1)
+            f.write("\n")
+        commit(path + ".partial", path)
+        return path
+
+    def abort(self) -> None:
+        self.close()
+        for p in self.partials():
+            remove_quietly(p)
+
+
+def existing_shard_outputs(out_rec: str) -> List[str]:
+    """Shard files or a manifest of ``out_rec`` that exist already."""
+    stem = _stem(out_rec)
+    folder = os.path.dirname(os.path.abspath(out_rec))
+    name = os.path.basename(stem)
+    pattern = re.compile(re.escape(name) + r"-\d{5}\.(rec|idx)(\.partial)?$")
+    found = [os.path.join(folder, f) for f in sorted(os.listdir(folder)) if pattern.match(f)]
+    if os.path.exists(manifest_path(out_rec)):
+        found.insert(0, manifest_path(out_rec))
+    return found
+
+
+def read_manifest(path: str) -> List[str]:
+    """The ``.rec`` shards listed in a manifest, as paths.
+
+    Raises:
+        Im2recError: the manifest cannot be read or names no shard.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+        folder = os.path.dirname(os.path.abspath(path))
+        recs = [os.path.join(folder, s["rec"]) for s in manifest["shards"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise Im2recError(f"{path}: not a shard manifest ({e})") from None
+    if not recs:
+        raise Im2recError(f"{path}: the manifest lists no shard")
+    return recs

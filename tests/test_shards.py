@@ -1,0 +1,167 @@
+"""Scale out: parts, merge, size-limited shards, and Dask."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from im2rec.cli import main
+from im2rec.dataset import RecordDataset
+from im2rec.lst import ListEntry, read_lst, write_lst
+from im2rec.shards import parse_size, part_path
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory, data_dir):
+    """A 70-entry list over the golden tree (each image five times, one missing file), and a local pack of it."""
+    d = tmp_path_factory.mktemp("scale")
+    entries = read_lst(data_dir / "im2rec" / "all.lst")
+    big = [ListEntry(c * 100 + e.index, e.labels, e.path) for c in range(5) for e in entries]
+    big[17] = ListEntry(big[17].index, big[17].labels, "cats/missing.jpg")
+    write_lst(d / "big.lst", big)
+    result = run("pack", d / "big.lst", data_dir / "tree", d / "whole.rec", "--resize", "40", "--workers", "2")
+    assert result.exit_code == 0, result.output
+    return d / "big.lst", data_dir / "tree", d
+
+
+def same_as_whole(out, whole_dir):
+    for ext in ("rec", "idx", "failed.tsv"):
+        assert (out.parent / f"{out.stem}.{ext}").read_bytes() == (whole_dir / f"whole.{ext}").read_bytes(), ext
+
+
+def test_parts_run_one_by_one_then_merged(job, tmp_path):
+    lst, root, d = job
+    for i in range(3):
+        result = run("pack", lst, root, tmp_path / "out.rec", "--resize", "40", "--num-parts", "3", "--part-index", i, "--workers", "1")
+        assert result.exit_code == 0, result.output
+    sizes = [len((tmp_path / f"out-0000{i}-of-00003.idx").read_text().splitlines()) for i in range(3)]
+    assert sizes == [22, 23, 24]  # entries [0, 23), [23, 46), [46, 70); one missing image in part 0
+    parts = sorted(str(p) for p in tmp_path.glob("out-*-of-00003.rec"))[::-1]  # any order on the command line
+    result = run("merge", tmp_path / "out.rec", *parts)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"merged 3 parts into {tmp_path / 'out.rec'}: 69 records, {(tmp_path / 'out.rec').stat().st_size / 1e6:,.1f} MB\n"
+    same_as_whole(tmp_path / "out.rec", d)
+
+
+def test_part_names_and_slices():
+    assert part_path("data/train.rec", 1, 3) == "data/train-00001-of-00003.rec"
+
+
+def test_merge_needs_every_part(job, tmp_path):
+    lst, root, _ = job
+    for i in (0, 2):
+        run("pack", lst, root, tmp_path / "out.rec", "--pass-through", "--num-parts", "3", "--part-index", i)
+    result = run("merge", tmp_path / "out.rec", tmp_path / "out-00000-of-00003.rec", tmp_path / "out-00002-of-00003.rec")
+    assert result.exit_code == 1
+    assert result.stderr == "Error: missing part(s) 1 of 3: merge needs every part (or name them all explicitly)\n"
+    assert not (tmp_path / "out.rec").exists()
+
+
+def test_merge_refuses_repeated_keys(job, tmp_path):
+    lst, root, _ = job
+    run("pack", lst, root, tmp_path / "a.rec", "--pass-through")
+    run("pack", lst, root, tmp_path / "b.rec", "--pass-through")
+    result = run("merge", tmp_path / "m.rec", tmp_path / "a.rec", tmp_path / "b.rec")
+    assert result.exit_code == 1 and "appears in more than one part" in result.stderr
+
+
+def test_part_options_are_checked():
+    assert "--num-parts needs --part-index" in run("pack", __file__, ".", "--num-parts", "3").stderr
+    assert "2 is not below --num-parts 2" in run("pack", __file__, ".", "--num-parts", "2", "--part-index", "2").stderr
+
+
+def test_a_part_resumes_alone(job, tmp_path):
+    lst, root, d = job
+    args = ["--resize", "40", "--num-parts", "2"]
+    assert run("pack", lst, root, tmp_path / "out.rec", *args, "--part-index", "0").exit_code == 0
+    assert run("pack", lst, root, tmp_path / "out.rec", *args, "--part-index", "1").exit_code == 0
+    again = run("pack", lst, root, tmp_path / "out.rec", *args, "--part-index", "1", "--resume")
+    assert again.stdout.endswith("is already complete: nothing to resume\n")
+    assert run("merge", tmp_path / "out.rec", *tmp_path.glob("out-*.rec")).exit_code == 0
+    same_as_whole(tmp_path / "out.rec", d)
+
+
+# --------------------------------------------------------------------------- shards
+
+
+def test_parse_size():
+    assert parse_size("1GB") == 10**9 and parse_size("500MB") == 500 * 10**6
+    assert parse_size("64MiB") == 64 * 2**20 and parse_size("12345") == 12345 and parse_size("1.5 kb") == 1500
+    with pytest.raises(ValueError, match="is not a size"):
+        parse_size("big")
+
+
+def test_shard_size_splits_and_reads_back_as_one(job, tmp_path):
+    lst, root, d = job
+    result = run("pack", lst, root, tmp_path / "s.rec", "--resize", "40", "--shard-size", "40KB", "--workers", "2")
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "s.shards.json").read_text())
+    assert len(manifest["shards"]) > 3 and manifest["records"] == 69
+    for shard in manifest["shards"]:
+        assert (tmp_path / shard["rec"]).stat().st_size == shard["bytes"] <= 40_000
+    assert f"into {len(manifest['shards'])} shards listed in {tmp_path / 's.shards.json'}" in result.stdout
+    sharded, whole = RecordDataset(tmp_path / "s.shards.json", mode="raw"), RecordDataset(d / "whole.rec", mode="raw")
+    assert len(sharded) == len(whole) == 69
+    assert [sharded[i] for i in range(69)] == [whole[i] for i in range(69)]
+    # The shards, concatenated, are the single-file output.
+    blob = b"".join((tmp_path / s["rec"]).read_bytes() for s in manifest["shards"])
+    assert blob == (d / "whole.rec").read_bytes()
+    assert (tmp_path / "s.failed.tsv").read_bytes() == (d / "whole.failed.tsv").read_bytes()
+
+
+def test_shard_outputs_are_not_overwritten(job, tmp_path):
+    lst, root, _ = job
+    assert run("pack", lst, root, tmp_path / "s.rec", "--pass-through", "--shard-size", "1MB").exit_code == 0
+    result = run("pack", lst, root, tmp_path / "s.rec", "--pass-through", "--shard-size", "1MB")
+    assert result.exit_code == 1 and result.stderr == f"Error: {tmp_path / 's.shards.json'} exists: pass --overwrite to replace it\n"
+    assert run("pack", lst, root, tmp_path / "s.rec", "--pass-through", "--shard-size", "100KB", "--overwrite").exit_code == 0
+    assert len(json.loads((tmp_path / "s.shards.json").read_text())["shards"]) > 1
+
+
+def test_a_record_larger_than_the_shard_size_gets_its_own_shard(job, tmp_path):
+    lst, root, _ = job
+    assert run("pack", lst, root, tmp_path / "t.rec", "--pass-through", "--shard-size", "100").exit_code == 0
+    manifest = json.loads((tmp_path / "t.shards.json").read_text())
+    assert len(manifest["shards"]) == 69 and {s["records"] for s in manifest["shards"]} == {1}
+
+
+# --------------------------------------------------------------------------- Dask
+
+
+def test_dask_local_cluster_merges_to_identical_output(job, tmp_path):
+    pytest.importorskip("distributed")
+    lst, root, d = job
+    proc = subprocess.run(
+        [sys.executable, "-m", "im2rec", "pack", lst, root, tmp_path / "dk.rec", "--resize", "40", "--dask", "local", "--workers", "2", "--num-parts", "4"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "with 4 Dask tasks on 2 workers" in proc.stdout and "1 failed (1 missing)" in proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dk.failed.tsv", "dk.idx", "dk.rec"]  # parts merged, then removed
+    same_as_whole(tmp_path / "dk.rec", d)
+
+
+def test_dask_failed_part_is_named_with_its_rerun_command(job, tmp_path):
+    pytest.importorskip("distributed")
+    lst, root, _ = job
+    (tmp_path / "dk-00001-of-00002.rec").write_bytes(b"in the way")  # part 1 cannot be written
+    proc = subprocess.run(
+        [sys.executable, "-m", "im2rec", "pack", lst, root, tmp_path / "dk.rec", "--pass-through", "--dask", "local", "--workers", "2", "--num-parts", "2", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1
+    assert "Error: 1 of 2 parts failed; the others are kept" in proc.stderr
+    assert f"part 1: {tmp_path / 'dk-00001-of-00002.rec'} exists: pass --overwrite to replace it; rerun it alone with: im2rec pack" in proc.stderr
+    assert "--num-parts 2 --part-index 1" in proc.stderr
+    assert (tmp_path / "dk-00000-of-00002.rec").exists() and not (tmp_path / "dk.rec").exists()
