@@ -140,7 +140,7 @@ def inspect_rec(rec: str, sample: int = 200, seed: int = 0) -> Dict[str, Any]:
     labels: Dict[str, Any] = {"scalar_records": sum(scalar.values()), "multi_label_records": sum(widths.values())}
     if scalar:
         labels["classes"] = len(scalar)
-        labels["per_class"] = {_label_key(k): v for k, v in sorted(scalar.items())[:1000]}
+        labels["per_class"] = {_label_name(k): v for k, v in sorted(scalar.items())[:1000]}
         labels["per_class_min_max"] = [min(scalar.values()), max(scalar.values())]
     if widths:
         labels["widths"] = {str(k): v for k, v in sorted(widths.items())}
@@ -167,8 +167,9 @@ def inspect_rec(rec: str, sample: int = 200, seed: int = 0) -> Dict[str, Any]:
     return report
 
 
-def _label_key(label: float) -> str:
-    return str(int(label)) if float(label).is_integer() else repr(label)
+def _label_name(label: float) -> str:
+    """A label as a folder or JSON key: ``3`` for 3.0, ``0.5`` for 0.5."""
+    return str(int(label)) if float(label).is_integer() else format_label(label)
 
 
 # --------------------------------------------------------------------------- verify
@@ -363,7 +364,7 @@ def extract_rec(rec: str, outdir: str, flat: bool = False, overwrite: bool = Fal
         result.label_widths[header.flag] += 1
         fmt = image_format(bytes(body[:16]))
         name = f"{key}{_EXTENSIONS.get(fmt or '', '.bin')}"
-        rel = name if flat else f"{_label_dir(labels[0])}/{name}"
+        rel = name if flat else f"{_label_name(labels[0])}/{name}"
         path = os.path.join(outdir, rel)
         if os.path.exists(path) and not overwrite:
             raise Im2recError(f"{path} exists: pass --overwrite to replace it")
@@ -376,10 +377,6 @@ def extract_rec(rec: str, outdir: str, flat: bool = False, overwrite: bool = Fal
         write_lst(f, entries)
     reader.close()
     return result
-
-
-def _label_dir(label: float) -> str:
-    return str(int(label)) if float(label).is_integer() else format_label(label)
 
 
 # --------------------------------------------------------------------------- index

@@ -43,7 +43,7 @@ from typing import IO, Callable, Iterable, Iterator, List, NamedTuple, Optional,
 import numpy as np
 
 from . import __version__, recordio
-from .errors import ImageError, ListFormatError, PackError, RecordIOError, TooManyFailures
+from .errors import ImageError, ListFormatError, PackError, TooManyFailures
 from .fsutil import commit, remove_quietly
 from .image import ImageOptions, init_worker, transform
 from .lst import iter_lst
@@ -396,14 +396,13 @@ def _resume(out: Outputs, lst: str, rec_file: IO[bytes], idx_file: IO[str], fail
     """
     last_key, end = None, 0
     with recordio.RecordReader(out.partials[0]) as reader:
-        try:
-            for offset, payload in reader.scan():
-                last_key = recordio.unpack(payload)[0].id
-                idx_file.write(f"{last_key}\t{offset}\n")
-                summary.packed += 1
-                end = offset + recordio.framed_size(payload)
-        except RecordIOError:
-            pass  # a torn record at the end: cut off below
+        for offset, _length, nxt, error in reader.walk():
+            if error is not None:
+                break  # a torn record at the end: cut off below
+            last_key = recordio.unpack(reader.head_at(offset, recordio.IRHEADER_SIZE))[0].id
+            idx_file.write(f"{last_key}\t{offset}\n")
+            summary.packed += 1
+            end = nxt
     rec_file.truncate(end)
     rec_file.seek(end)
     old_failures = []  # (index, line)

@@ -512,22 +512,19 @@ class RecordIndex:
 
     def entry(self, key: Any) -> int:
         """The position (0-based line among entries) of ``key``. Raises KeyError if absent."""
-        table = self._table
-        if table is not None and type(key) is int and 0 <= key - self._base < table.size:
-            e = int(table[key - self._base])
-            if e >= 0:
-                return e
-            raise KeyError(key)
         if self._dict is not None:
             return self._dict[key]
-        try:
-            k = operator.index(key)
-        except TypeError:
-            raise KeyError(key) from None
-        if self._table is not None:
+        k = key
+        if type(k) is not int:
+            try:
+                k = operator.index(key)
+            except TypeError:
+                raise KeyError(key) from None
+        table = self._table
+        if table is not None:
             i = k - self._base
-            if 0 <= i < self._table.size:
-                e = int(self._table[i])
+            if 0 <= i < table.size:
+                e = int(table[i])
                 if e >= 0:
                     return e
             raise KeyError(key)

@@ -224,7 +224,7 @@ def test_roundtrip_any_payload(tmp_path, payloads):
     heads = {off for off, _, _ in parts}
     aligned = {i for i in range(0, len(blob) - 3, 4) if blob[i : i + 4] == M}
     assert aligned == heads
-    for off, cflag, length in parts:
+    for _off, cflag, length in parts:
         assert cflag in (0, 1, 2, 3)
         if cflag in (1, 2):
             assert length % 4 == 0

@@ -1,7 +1,6 @@
 """Scale out: parts, merge, size-limited shards, and Dask."""
 
 import json
-import os
 import subprocess
 import sys
 
