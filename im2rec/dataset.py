@@ -17,10 +17,10 @@ import os
 import struct
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
-import cv2
 import numpy as np
 
 from .errors import Im2recError, RecordIOError
+from .image import _cv2
 from .recordio import IRHEADER_SIZE, RecordReader, unpack
 
 __all__ = ["RecordDataset", "MODES", "idx_path_of", "insightface_header"]
@@ -29,7 +29,8 @@ _HEADER = struct.Struct("<IfQQ")
 
 #: How ``ds[i]`` returns the image.
 MODES = ("rgb", "bgr", "gray", "unchanged", "raw")
-_IMDECODE_FLAG = {"rgb": cv2.IMREAD_COLOR, "bgr": cv2.IMREAD_COLOR, "gray": cv2.IMREAD_GRAYSCALE, "unchanged": cv2.IMREAD_UNCHANGED}
+_IMDECODE_FLAG = {"rgb": 1, "bgr": 1, "gray": 0, "unchanged": -1}  # cv2.IMREAD_COLOR, _GRAYSCALE, _UNCHANGED
+_COLOR_BGR2RGB = 4  # cv2.COLOR_BGR2RGB
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -183,11 +184,11 @@ class RecordDataset:
         else:
             image = None
             if len(payload) > start:
-                image = cv2.imdecode(np.frombuffer(payload, dtype=np.uint8, offset=start), _IMDECODE_FLAG[self.mode])
+                image = _cv2().imdecode(np.frombuffer(payload, dtype=np.uint8, offset=start), _IMDECODE_FLAG[self.mode])
             if image is None:
                 raise Im2recError(f"{reader.path}: the image of the record at byte {offset} cannot be decoded")
             if self.mode == "rgb" and image.ndim == 3:
-                cv2.cvtColor(image, cv2.COLOR_BGR2RGB, dst=image)
+                _cv2().cvtColor(image, _COLOR_BGR2RGB, dst=image)
             elif self.mode == "gray":
                 image = image[:, :, None]
         if self.transform is not None:

@@ -335,10 +335,12 @@ def _weigh(result: Result) -> int:
 def _encoder(opts: PackOptions) -> Iterator[Callable[[Iterable[Task]], Iterator[Result]]]:
     """Stage 2 as a function from Tasks to Results in order: a process pool, or inline."""
     if opts.image.pass_through or opts.in_process:
+        # Reading a file costs less than handing it to another process (threads measured
+        # slower still: the GIL); Dask tasks are worker processes already.
         yield lambda tasks: (encode_record(t, opts.image) for t in tasks)
         return
     with OrderedPool(
-        encode_record, opts.image, opts.workers, _crashed, weigh=_weigh, initializer=init_worker, preload=(__name__,)
+        encode_record, opts.image, opts.workers, _crashed, weigh=_weigh, initializer=init_worker, preload=("cv2", __name__)
     ) as pool:
         yield pool.map
 

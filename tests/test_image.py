@@ -134,3 +134,26 @@ def test_options_validation():
         ImageOptions(quality=101)
     with pytest.raises(ValueError, match="color must be 1, 0 or -1, got 2"):
         ImageOptions(color=2)
+
+
+def test_opencv_constants_written_as_numbers_match_cv2():
+    from im2rec import dataset, image
+
+    assert image._REDUCED == {
+        (1, 2): cv2.IMREAD_REDUCED_COLOR_2,
+        (1, 4): cv2.IMREAD_REDUCED_COLOR_4,
+        (1, 8): cv2.IMREAD_REDUCED_COLOR_8,
+        (0, 2): cv2.IMREAD_REDUCED_GRAYSCALE_2,
+        (0, 4): cv2.IMREAD_REDUCED_GRAYSCALE_4,
+        (0, 8): cv2.IMREAD_REDUCED_GRAYSCALE_8,
+    }
+    assert dataset._IMDECODE_FLAG == {"rgb": cv2.IMREAD_COLOR, "bgr": cv2.IMREAD_COLOR, "gray": cv2.IMREAD_GRAYSCALE, "unchanged": cv2.IMREAD_UNCHANGED}
+    assert dataset._COLOR_BGR2RGB == cv2.COLOR_BGR2RGB
+
+
+def test_the_cli_starts_without_opencv():
+    import subprocess
+    import sys
+
+    code = "import sys, im2rec.cli; print('cv2' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
