@@ -22,6 +22,7 @@ __all__ = [
     "ImageError",
     "PackError",
     "TooManyFailures",
+    "WorkerError",
 ]
 
 
@@ -96,3 +97,7 @@ class TooManyFailures(PackError):
     def __init__(self, message: str, summary: object = None):
         super().__init__(message)
         self.summary = summary
+
+
+class WorkerError(Im2recError):
+    """Worker processes cannot run at all (they die before doing any work)."""

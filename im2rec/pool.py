@@ -11,7 +11,8 @@ with three differences that ``pack`` needs:
   not piled up by the dozen;
 * a worker that dies (a decoder segfault, the OOM killer) is replaced; the items
   it held are retried one by one, and an item that kills a worker on its own
-  becomes ``crashed(item, reason)`` instead of hanging or stopping the run.
+  becomes ``crashed(item, reason)`` instead of hanging or stopping the run;
+  workers that die before doing anything, three in a row, raise WorkerError.
 
 Workers ignore SIGINT: the parent decides, and ``close()`` (also on Ctrl-C,
 through the context manager) terminates and reaps every worker.
@@ -28,6 +29,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, Generic, Iterable, Iterator, List, Optional, Tuple, TypeVar
+
+from .errors import WorkerError
 
 try:
     import fcntl
@@ -72,6 +75,7 @@ class _Worker:
     conn: Any  # results come in here
     tasks: Any  # batches go out here
     batches: Deque[Tuple[Batch, bool]] = field(default_factory=deque)  # (batch, sent alone after a crash)
+    served: bool = False  # has returned results at least once
 
 
 def _grow_pipe(conn: Any) -> None:
@@ -167,6 +171,7 @@ class OrderedPool(Generic[T, R]):
         self._avg_weight = 0.0  # bytes per result, moving average
         self._avg_seconds = 0.0  # work per item, moving average
         self.crashes = 0
+        self._stillborn = 0  # workers in a row that died without returning anything
         try:
             for _ in range(workers):
                 self._workers.append(self._start())
@@ -236,6 +241,7 @@ class OrderedPool(Generic[T, R]):
                         self._replace(w, retry, done)
                         continue
                     w.batches.popleft()
+                    w.served = True
                     self._avg_seconds = _average(self._avg_seconds, seconds / len(results))
                     for seq, result in results:
                         done[seq] = result
@@ -255,6 +261,13 @@ class OrderedPool(Generic[T, R]):
         w.process.join(timeout=5)
         reason = f"the worker process {describe_exit(w.process.exitcode)} while processing this item"
         self.crashes += 1
+        self._stillborn = 0 if w.served else self._stillborn + 1
+        if self._stillborn >= 3:  # workers die before doing anything: do not blame the items
+            raise WorkerError(
+                f"worker processes {describe_exit(w.process.exitcode)} before doing any work, 3 times in a row; "
+                f"a script that starts them must be importable and guard its entry point with "
+                f"`if __name__ == \"__main__\":`"
+            )
         # The first batch was in progress: if it held one item, that item killed the worker.
         # Every other item is retried alone, so that the culprit can be told apart.
         for i, (batch, alone) in enumerate(w.batches):

@@ -4,6 +4,9 @@ import os
 import signal
 import time
 
+import pytest
+
+from im2rec.errors import WorkerError
 from im2rec.pool import OrderedPool
 
 
@@ -73,3 +76,13 @@ def test_close_reaps_every_worker():
         except (ProcessLookupError, ChildProcessError):
             alive = False
         assert not alive
+
+
+def die_at_start():
+    os._exit(3)
+
+
+def test_workers_that_cannot_start_are_an_error_not_crashed_items():
+    with OrderedPool(square, 0, 2, crashed, initializer=die_at_start) as pool:
+        with pytest.raises(WorkerError, match=r"worker processes exited with status 3 before doing any work, 3 times in a row"):
+            list(pool.map(range(100)))
