@@ -176,6 +176,7 @@ class _Bar(packing.Progress):
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+            self.bar = None
 
 
 class _Terminated(KeyboardInterrupt):
@@ -266,6 +267,8 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
         raise click.UsageError("--dask runs every part: leave out --part-index")
     if shard_size is not None and (part_index is not None or dask_address is not None or resume):
         raise click.UsageError("--shard-size cannot be combined with --part-index, --dask or --resume")
+    if dask_address is not None and stats_path is not None:
+        raise click.UsageError("--stats is written by single runs and parts, not yet by --dask")
     options = packing.PackOptions(
         image=image_options,
         pack_label=pack_label,
@@ -291,7 +294,6 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
         click.echo(f"Error: {what}; the finished part is kept: rerun with --resume to continue", err=True)
         sys.exit(143 if isinstance(e, _Terminated) else 130)
     except TooManyFailures as e:
-        bar.close()
         if stats_path and e.summary is not None:
             packing.write_stats(stats_path, e.summary, options, sys.argv)
         raise
