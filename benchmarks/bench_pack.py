@@ -1,28 +1,37 @@
 """Packing speed and memory, measured side by side in one run.
 
     python benchmarks/bench_pack.py [--corpus imagenet|large] [--workers 2] [--repeat 2]
+                                    [--mxnet-python PATH]
 
 For each corpus (ImageNet-like: 5,000 images, shorter side 300-500 px; large:
-phone-sized photos, 1,500-3,000 px), three contenders pack the same list:
+phone-sized photos, 1,500-3,000 px), these contenders pack the same list:
 
 * the per-core limit: a plain single-process loop (read, cv2.imdecode, cv2.resize,
   cv2.imencode), OpenCV on one thread; `workers x limit` is the goal line; and the
   same loop in `workers` processes on disjoint shares, with nothing else running:
   the ceiling this (virtual, shared) machine really allows;
-* an im2rec.py-style pipeline: MXNet's tools/im2rec.py structure (a feeding loop,
-  one multiprocessing.Queue per worker, cv2.imread, an unbounded reorder buffer in
-  a writer process), rebuilt here on im2rec's record writer since MXNet is not
-  installable here;
+* MXNet's own tools/im2rec.py, when --mxnet-python (or $IM2REC_BENCH_MXNET_PYTHON)
+  names a Python where `import mxnet` works. MXNet 1.9.1 still installs on
+  Python 3.11 next to an old numpy, in a venv of its own (about 430 MB):
+      python3.11 -m venv /tmp/mxvenv
+      /tmp/mxvenv/bin/pip install mxnet==1.9.1 'numpy<1.24' opencv-python-headless
+      python benchmarks/bench_pack.py --mxnet-python /tmp/mxvenv/bin/python
+* an im2rec.py-style pipeline, always: MXNet's tools/im2rec.py structure (a feeding
+  loop, one multiprocessing.Queue per worker, cv2.imread, an unbounded reorder
+  buffer in a writer process) rebuilt on im2rec's record writer, without MXNet's
+  import time or its extra threads;
 * `im2rec pack`, as a user runs it (a subprocess of the CLI).
 
-Each is run --repeat times, interleaved; the best time counts. Peak memory is the
-largest sum of PSS over the whole process tree, sampled every 20 ms, for lists of
-5,000 and 20,000 entries (the 20,000-entry list names each image four times).
+Each is run --repeat times, interleaved; the best time counts. Our package is
+byte-compiled first, as a pip install does. Peak memory is the largest sum of PSS
+over the whole process tree, sampled every 20 ms, for lists of 5,000 and 20,000
+entries (the 20,000-entry list names each image four times).
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import multiprocessing
 import os
 import shutil
@@ -197,40 +206,73 @@ def im2rec_py_style(lst: str, root: str, out: str, workers: int, resize: int, pa
 # --------------------------------------------------------------------------- main
 
 
+def mxnet_im2rec(python: str) -> str:
+    """The path of tools/im2rec.py in the MXNet installed for ``python``."""
+    code = "import os, mxnet; print(os.path.join(os.path.dirname(mxnet.__file__), 'tools', 'im2rec.py'))"
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    if out.returncode or not Path(out.stdout.strip()).exists():
+        raise SystemExit(f"--mxnet-python {python}: cannot find mxnet/tools/im2rec.py ({out.stderr.strip().splitlines()[-1:]})")
+    return out.stdout.strip()
+
+
+def contenders(lst: Path, root: Path, tmp: Path, args, flags: list) -> dict:
+    """name -> (command, output .rec) for one mode; im2rec.py takes PREFIX and writes PREFIX.rec."""
+    w = str(args.workers)
+    py_args = ["0", "1"] if flags else ["256", "0"]
+    found = {
+        "im2rec.py-style": ([sys.executable, __file__, "--im2rec-py", str(lst), str(root), str(tmp / "py.rec"), w, *py_args], tmp / "py.rec"),
+        "im2rec pack": (
+            [sys.executable, "-m", "im2rec", "pack", str(lst), str(root), str(tmp / "ours.rec"), "--workers", w, "--overwrite", "-q"]
+            + (flags or ["--resize", "256"]),
+            tmp / "ours.rec",
+        ),
+    }
+    if args.mxnet_python:
+        prefix = tmp / "mx" / lst.stem
+        prefix.parent.mkdir(exist_ok=True)
+        shutil.copy(lst, prefix.with_suffix(".lst"))
+        cmd = [args.mxnet_python, mxnet_im2rec(args.mxnet_python), str(prefix), str(root) + os.sep, "--num-thread", w]
+        found["MXNet im2rec.py"] = (cmd + (flags or ["--resize", "256"]), prefix.with_suffix(".rec"))
+    return found
+
+
 def bench_corpus(name: str, root: Path, tmp: Path, args) -> None:
     lst = tmp / f"{name}.lst"
     subprocess.run([sys.executable, "-m", "im2rec", "list", str(root), str(lst)[:-4], "-q"], check=True)
     entries = read_lst(lst)
     n = len(entries)
-    pass_flags = [[], ["--pass-through"]] if name == "imagenet" else [[]]
+    modes = {"resize 256": []}
+    if name == "imagenet":
+        modes["pass-through"] = ["--pass-through"]
     print(f"\n== {name}: {n:,} images in {root} ({sum((root / e.path).stat().st_size for e in entries) / 1e6:.0f} MB), --workers {args.workers}")
-    limits, ceilings, results = [], [], {}
+    limits, ceilings, results, outputs = [], [], {}, {}
     for _ in range(args.repeat):
         limits.append(naive_loop(entries, root, 256))
         ceilings.append(naive_parallel(entries, root, 256, args.workers))
-        for flags in pass_flags:
-            mode = "pass-through" if flags else "resize 256"
-            cmd_py = [sys.executable, __file__, "--im2rec-py", str(lst), str(root), str(tmp / "py.rec"), str(args.workers), "0" if flags else "256", "1" if flags else "0"]
-            cmd_ours = [sys.executable, "-m", "im2rec", "pack", str(lst), str(root), str(tmp / "ours.rec"), "--workers", str(args.workers), "--overwrite", "-q"] + (flags or ["--resize", "256"])
-            for who, cmd in (("im2rec.py", cmd_py), ("im2rec", cmd_ours)):
+        for mode, flags in modes.items():
+            for who, (cmd, out) in contenders(lst, root, tmp, args, flags).items():
                 seconds, mb = run_measured(cmd)
+                outputs[(mode, who)] = out.read_bytes() if mode == "pass-through" else None
                 best = results.get((mode, who))
                 if best is None or seconds < best[0]:
                     results[(mode, who)] = (seconds, mb)
-        same = (tmp / "py.rec").read_bytes() == (tmp / "ours.rec").read_bytes()
     limit = max(limits)
     goal = args.workers * limit
     row("per-core limit (plain loop, 1 thread)", limit, "img/s", None, f"goal line {args.workers} x limit = {goal:,.0f} img/s")
     ceiling = max(ceilings)
     row(f"{args.workers} plain loops in parallel", ceiling, "img/s", ceiling / goal, f"of {args.workers} x limit: what this machine allows")
-    for (mode, who), (seconds, mb) in results.items():
-        rate = n / seconds
-        if who == "im2rec.py":
-            row(f"im2rec.py-style, {mode}", rate, "img/s", rate / goal, f"of {args.workers} x limit; {seconds:.2f} s, peak {mb:.0f} MB")
-        else:
-            base = n / results[(mode, "im2rec.py")][0]
-            row(f"im2rec pack, {mode}", rate, "img/s", rate / goal, f"of {args.workers} x limit; {rate / base:.2f}x im2rec.py-style; {seconds:.2f} s, peak {mb:.0f} MB")
-    print(f"  last pass-through/last run outputs identical between the two: {same}")
+    for mode in modes:
+        ours = n / results[(mode, "im2rec pack")][0]
+        for (m, who), (seconds, mb) in results.items():
+            if m != mode:
+                continue
+            rate = n / seconds
+            vs = "" if who == "im2rec pack" else f"; im2rec pack is {ours / rate:.2f}x this"
+            row(f"{who}, {mode}", rate, "img/s", rate / goal, f"of {args.workers} x limit; {seconds:.2f} s, peak {mb:.0f} MB{vs}")
+    if "pass-through" in modes:
+        ours = outputs[("pass-through", "im2rec pack")]
+        same = {who: data == ours for (m, who), data in outputs.items() if m == "pass-through" and who != "im2rec pack"}
+        print(f"  pass-through .rec byte-identical to im2rec pack's: {same}")
 
 
 def bench_memory(root: Path, tmp: Path, args) -> None:
@@ -255,7 +297,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--mxnet-python", default=os.environ.get("IM2REC_BENCH_MXNET_PYTHON"), help="a Python with MXNet installed")
     args = ap.parse_args()
+    compileall.compile_dir(str(Path(__file__).resolve().parent.parent / "im2rec"), quiet=1)
     tmp = Path(tempfile.mkdtemp(prefix="im2rec-bench-pack-"))
     try:
         for name in args.corpus or ["imagenet", "large"]:

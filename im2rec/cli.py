@@ -168,7 +168,7 @@ class _Bar(packing.Progress):
     def update(self, result: packing.Result) -> None:
         if self.bar is None:
             return
-        if result.payload is None:
+        if result.framed is None:
             self.failed += 1
             self.bar.set_postfix(failed=self.failed, refresh=False)
         self.bar.update()

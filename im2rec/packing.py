@@ -44,7 +44,7 @@ import numpy as np
 
 from . import __version__, recordio
 from .errors import ImageError, ListFormatError, PackError, TooManyFailures
-from .fsutil import commit, remove_quietly
+from .fsutil import WriteBehind, commit, remove_quietly
 from .image import ImageOptions, init_worker, transform
 from .lst import iter_lst
 from .pool import OrderedPool
@@ -151,10 +151,10 @@ class Task(NamedTuple):
 
 
 class Result(NamedTuple):
-    """What became of a Task: the record payload, or the kind and reason of its failure."""
+    """What became of a Task: its record, framed for the ``.rec``, or the kind and reason of its failure."""
 
     task: Task
-    payload: Optional[bytes]
+    framed: Optional[bytes]
     kind: str = ""  # failure category, see ImageError
     reason: str = ""
 
@@ -314,7 +314,7 @@ def encode_record(task: Task, opts: ImageOptions) -> Result:
         payload = recordio.pack(recordio.IRHeader(0, task.label, task.index, 0), body)
         if len(payload) > recordio.MAX_RECORD_SIZE:
             return Result(task, None, "too-large", f"record of {len(payload):,} bytes is above RecordIO's 2**29-byte limit")
-        return Result(task, payload)
+        return Result(task, recordio.frame(payload))
     except ImageError as e:
         return Result(task, None, e.kind, str(e))
     except MemoryError:
@@ -328,7 +328,7 @@ def _crashed(task: Task, reason: str) -> Result:
 
 
 def _weigh(result: Result) -> int:
-    return len(result.payload) if result.payload is not None else 0
+    return len(result.framed) if result.framed is not None else 0
 
 
 @contextmanager
@@ -340,7 +340,8 @@ def _encoder(opts: PackOptions) -> Iterator[Callable[[Iterable[Task]], Iterator[
         yield lambda tasks: (encode_record(t, opts.image) for t in tasks)
         return
     with OrderedPool(
-        encode_record, opts.image, opts.workers, _crashed, weigh=_weigh, initializer=init_worker, preload=("cv2", __name__)
+        encode_record, opts.image, opts.workers, _crashed, weigh=_weigh, initializer=init_worker, preload=("cv2", __name__),
+        fork_unsafe=("cv2",),
     ) as pool:
         yield pool.map
 
@@ -359,11 +360,12 @@ def _write(
     summary: PackSummary,
     opts: PackOptions,
     progress: Progress,
+    written: Callable[[int], None] = lambda end: None,
 ) -> None:
     for result in results:
         task = result.task
-        if result.payload is not None:
-            writer.write_idx(task.index, result.payload)
+        if result.framed is not None:
+            written(writer.write_framed_idx(task.index, result.framed) + len(result.framed))
             summary.packed += 1
         else:
             failed.write(f"{task.index}\t{_tsv_field(task.path)}\t{result.kind}: {_tsv_field(result.reason)}\n")
@@ -550,9 +552,10 @@ def _pack_single(lst: str, root: str, opts: PackOptions, progress: Progress, sum
             os.replace(failed_p + ".new", failed_p)
             first = max(start, summary.resumed_from)
             with recordio.RecordWriter(rec_file, idx_file) as writer:
-                progress.start(summary.images, first - start)
-                with _encoder(opts) as encode:
-                    _write(encode(iter_tasks(lst, root, opts, first, stop)), writer, failed_file, summary, opts, progress)
+                with _encoder(opts) as encode:  # before the bar: tqdm's monitor thread would rule out fork
+                    progress.start(summary.images, first - start)
+                    tasks = iter_tasks(lst, root, opts, first, stop)
+                    _write(encode(tasks), writer, failed_file, summary, opts, progress, WriteBehind(rec_file))
                 summary.bytes = writer.tell()
         for tmp, final in zip(out.partials, out.finals):
             commit(tmp, final)
@@ -577,8 +580,8 @@ def _pack_sharded(lst: str, root: str, opts: PackOptions, progress: Progress, su
     try:
         with open(failed_p, "w", encoding="utf-8", newline="\n") as failed_file:
             failed_file.write(FAILED_HEADER)
-            progress.start(summary.images, 0)
             with _encoder(opts) as encode:
+                progress.start(summary.images, 0)
                 _write(encode(iter_tasks(lst, root, opts)), writer, failed_file, summary, opts, progress)
             summary.bytes = writer.tell()
         summary.manifest = writer.commit()

@@ -25,6 +25,8 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -89,15 +91,23 @@ def _grow_pipe(conn: Any) -> None:
         pass
 
 
-def default_context(preload: Tuple[str, ...] = ()) -> Any:
-    """The "forkserver" context where there is one, else "spawn"; never plain "fork".
+def default_context(preload: Tuple[str, ...] = (), fork_unsafe: Tuple[str, ...] = ()) -> Any:
+    """Plain "fork" when this process is still clean, else "forkserver" (or "spawn").
 
     Forking a process that has already used OpenCV (or any library with a thread
     pool) copies a locked pool without its threads, and the child hangs on its first
     parallel call: a notebook that decoded one image before calling ``pack`` would
-    freeze. A fork server is a clean process started once; workers fork from it.
+    freeze. So fork, which starts workers in milliseconds and shares the parent's
+    imports, is used only when ``fork_unsafe`` names the libraries that matter, none
+    of them is imported here yet and no other Python thread runs (the ``im2rec pack``
+    command is such a process); otherwise a fork server, a clean process started
+    once that workers fork from, with ``preload`` imported.
     """
-    if "forkserver" in multiprocessing.get_all_start_methods():
+    methods = multiprocessing.get_all_start_methods()
+    clean = not any(m in sys.modules for m in fork_unsafe) and threading.active_count() == 1
+    if fork_unsafe and clean and "fork" in methods:
+        return multiprocessing.get_context("fork")
+    if "forkserver" in methods:
         ctx = multiprocessing.get_context("forkserver")
         if preload:
             ctx.set_forkserver_preload(list(preload))
@@ -140,6 +150,8 @@ class OrderedPool(Generic[T, R]):
         quiet_workers: send the workers' stderr to /dev/null.
         initializer: a top-level function each worker calls once at start.
         preload: modules the fork server imports once, so that workers start fast.
+        fork_unsafe: modules (thread pools) that make plain fork unsafe once imported
+            here; none given means never fork. See ``default_context``.
         mp_context: a multiprocessing context; default: see ``default_context``.
     """
 
@@ -158,6 +170,7 @@ class OrderedPool(Generic[T, R]):
         quiet_workers: bool = True,
         initializer: Optional[Callable[[], None]] = None,
         preload: Tuple[str, ...] = (),
+        fork_unsafe: Tuple[str, ...] = (),
         mp_context: Any = None,
     ):
         if workers < 1:
@@ -166,7 +179,7 @@ class OrderedPool(Generic[T, R]):
         self._max_batch, self._batch_bytes, self._batch_seconds = max_batch, batch_bytes, batch_seconds
         self._window = window
         self._quiet, self._initializer = quiet_workers, initializer
-        self._mp = mp_context or default_context(preload)
+        self._mp = mp_context or default_context(preload, fork_unsafe)
         self._workers: List[_Worker] = []
         self._avg_weight = 0.0  # bytes per result, moving average
         self._avg_seconds = 0.0  # work per item, moving average

@@ -69,6 +69,7 @@ __all__ = [
     "unpack",
     "pack_img",
     "unpack_img",
+    "frame",
     "RecordWriter",
     "RecordReader",
     "RecordIndex",
@@ -269,6 +270,38 @@ def framed_size(payload: bytes) -> int:
     return 8 + 4 * len(_escape_points(payload)) + ((len(payload) + 3) & ~3)
 
 
+def _frame_parts(payload: bytes) -> List[Any]:
+    """The pieces of one record as it lies in a ``.rec``: part headers, payload slices, padding."""
+    n = len(payload)
+    points = _escape_points(payload)
+    if not points:
+        return [_PART_HEAD.pack(MAGIC, n), payload, _PADDING[n & 3]]
+    view = memoryview(payload)
+    parts: List[Any] = []
+    start = 0
+    for i in points:
+        parts += [_PART_HEAD.pack(MAGIC, (1 if start == 0 else 2) << 29 | (i - start)), view[start:i]]
+        start = i + 4
+    parts += [_PART_HEAD.pack(MAGIC, 3 << 29 | (n - start)), view[start:], _PADDING[n & 3]]
+    return parts
+
+
+def frame(payload: bytes) -> bytes:
+    """One record as it lies in a ``.rec`` file, ready for ``RecordWriter.write_framed``.
+
+    Framing costs a scan of the payload; doing it where the payload is made (a
+    ``pack`` worker) leaves the single writing process only a copy to do.
+
+    Raises:
+        RecordTooLargeError: ``payload`` is 2**29 bytes or more.
+    """
+    payload = _as_payload(payload)
+    if len(payload) > MAX_RECORD_SIZE:
+        raise RecordTooLargeError(f"record of {len(payload)} bytes is too large: RecordIO records must be under 2**29 ({1 << 29}) bytes")
+    return b"".join(_frame_parts(payload))
+
+
+
 def _as_payload(buf: Any) -> bytes:
     if isinstance(buf, (bytes, bytearray)):
         return buf
@@ -332,21 +365,27 @@ class RecordWriter:
                 f"RecordIO records must be under 2**29 ({1 << 29}) bytes"
             )
         w = self._rec.write
-        points = _escape_points(payload)
-        if not points:
-            w(_PART_HEAD.pack(MAGIC, n))
-            w(payload)
-        else:
-            view = memoryview(payload)
-            start = 0
-            for i in points:
-                w(_PART_HEAD.pack(MAGIC, (1 if start == 0 else 2) << 29 | (i - start)))
-                w(view[start:i])
-                start = i + 4
-            w(_PART_HEAD.pack(MAGIC, 3 << 29 | (n - start)))
-            w(view[start:])
-        w(_PADDING[n & 3])
-        self._pos = pos + 8 + 4 * len(points) + ((n + 3) & ~3)
+        size = 0
+        for part in _frame_parts(payload):
+            w(part)
+            size += len(part)
+        self._pos = pos + size
+        return pos
+
+    def write_framed(self, framed: bytes) -> int:
+        """Append one record framed by ``frame()`` (one copy, no scan).
+
+        Returns:
+            The byte offset of the record.
+
+        Raises:
+            ValueError: ``framed`` does not start with a part header or is not 4-byte aligned.
+        """
+        if framed[:4] != MAGIC_BYTES or len(framed) & 3:
+            raise ValueError(f"{self.path}: write_framed() takes the bytes of frame(), not a payload")
+        pos = self._pos
+        self._rec.write(framed)
+        self._pos = pos + len(framed)
         return pos
 
     def write_idx(self, key: Any, payload: bytes) -> int:
@@ -355,9 +394,16 @@ class RecordWriter:
         Returns:
             The byte offset of the record.
         """
+        return self._indexed(key, self.write, payload)
+
+    def write_framed_idx(self, key: Any, framed: bytes) -> int:
+        """Append one record framed by ``frame()`` and its ``key<TAB>offset`` line to the ``.idx``."""
+        return self._indexed(key, self.write_framed, framed)
+
+    def _indexed(self, key: Any, write: Callable[[bytes], int], data: bytes) -> int:
         if self._idx is None:
             raise ValueError(f"{self.path}: this RecordWriter has no .idx to write keys to")
-        pos = self.write(payload)
+        pos = write(data)
         self._idx.write(f"{key}\t{pos}\n")
         return pos
 

@@ -24,7 +24,7 @@ import numpy as np
 from . import __version__
 from .errors import Im2recError
 from .fsutil import commit, remove_quietly
-from .recordio import RecordWriter, framed_size, read_index
+from .recordio import RecordWriter, read_index
 
 __all__ = [
     "part_path",
@@ -209,13 +209,14 @@ class ShardedWriter:
         """Bytes written over all shards."""
         return sum(s.bytes for s in self.shards)
 
-    def write_idx(self, key: Any, payload: bytes) -> int:
-        size = framed_size(payload)
+    def write_framed_idx(self, key: Any, framed: bytes) -> int:
+        """Append one record framed by ``recordio.frame()`` and its ``.idx`` line, in a new shard if needed."""
+        size = len(framed)
         current = self.shards[-1] if self.shards else None
         if current is None or (current.bytes and current.bytes + size > self.limit):
             self._rotate()
             current = self.shards[-1]
-        offset = self._writer.write_idx(key, payload)  # type: ignore[union-attr]
+        offset = self._writer.write_framed_idx(key, framed)  # type: ignore[union-attr]
         current.records += 1
         current.bytes = self._writer.tell()  # type: ignore[union-attr]
         return offset

@@ -1,7 +1,11 @@
 """The ordered process pool: order, bounded read-ahead, crashing workers."""
 
+import multiprocessing
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
@@ -86,3 +90,30 @@ def test_workers_that_cannot_start_are_an_error_not_crashed_items():
     with OrderedPool(square, 0, 2, crashed, initializer=die_at_start) as pool:
         with pytest.raises(WorkerError, match=r"worker processes exited with status 3 before doing any work, 3 times in a row"):
             list(pool.map(range(100)))
+
+
+def test_a_crashing_item_under_plain_fork():
+    """The start method `im2rec pack` uses from a clean process: crash recovery works the same."""
+    ctx = multiprocessing.get_context("fork")
+    with OrderedPool(crash_on, {4}, 2, crashed, mp_context=ctx) as pool:
+        out = list(pool.map(range(12)))
+    assert out[4] == ("crashed", 4, "the worker process was killed by signal SIGSEGV while processing this item")
+    assert [o for o in out if isinstance(o, int)] == [x for x in range(12) if x != 4]
+
+
+def start_method(setup):
+    """The start method default_context picks in a fresh interpreter after running ``setup``."""
+    code = textwrap.dedent(f"""
+        {setup}
+        from im2rec.pool import default_context
+        print(default_context(("json",), fork_unsafe=("json",)).get_start_method(),
+              default_context(("json",)).get_start_method())
+    """)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+
+
+def test_fork_only_while_the_process_is_clean():
+    assert start_method("") == ["fork", "forkserver"]  # never fork without knowing what is unsafe
+    assert start_method("import json") == ["forkserver", "forkserver"]
+    threaded = "import threading, time; threading.Thread(target=time.sleep, args=(5,), daemon=True).start()"
+    assert start_method(threaded) == ["forkserver", "forkserver"]

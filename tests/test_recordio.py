@@ -84,6 +84,26 @@ def test_writes_golden_raw_byte_for_byte(data_dir, tmp_path):
     assert open(idx, "rb").read() == (data_dir / "raw.idx").read_bytes()
 
 
+def test_writes_golden_raw_from_frames_byte_for_byte(data_dir, tmp_path):
+    keys, payloads = golden_payloads(data_dir)
+    with recordio.RecordWriter(tmp_path / "raw.rec", tmp_path / "raw.idx") as w:
+        offsets = [w.write_framed_idx(k, recordio.frame(p)) for k, p in zip(keys, payloads)]
+        assert w.tell() == (data_dir / "raw.rec").stat().st_size
+    assert (tmp_path / "raw.rec").read_bytes() == (data_dir / "raw.rec").read_bytes()
+    assert (tmp_path / "raw.idx").read_bytes() == (data_dir / "raw.idx").read_bytes()
+    assert offsets == [int(line.split("\t")[1]) for line in (data_dir / "raw.idx").read_text().splitlines()]
+
+
+def test_write_framed_refuses_a_bare_payload(tmp_path):
+    with recordio.RecordWriter(tmp_path / "x.rec") as w:
+        with pytest.raises(ValueError, match=r"x\.rec: write_framed\(\) takes the bytes of frame\(\), not a payload"):
+            w.write_framed(b"abcd")
+        with pytest.raises(ValueError, match="write_framed"):
+            w.write_framed(recordio.frame(b"abc")[:-1])
+        assert w.tell() == 0
+    assert (tmp_path / "x.rec").read_bytes() == b""
+
+
 def test_writes_golden_raw_seq_byte_for_byte(data_dir, tmp_path):
     _, payloads = golden_payloads(data_dir)
     with recordio.MXRecordIO(tmp_path / "seq.rec", "w") as w:
@@ -178,6 +198,8 @@ def test_record_too_large_is_refused_before_writing(tmp_path, monkeypatch):
         w.write_idx(0, b"a" * 15)
         with pytest.raises(RecordTooLargeError, match=r"big\.rec: record of 16 bytes at byte 24 is too large"):
             w.write_idx(1, b"a" * 16)
+    with pytest.raises(RecordTooLargeError, match=r"^record of 16 bytes is too large: RecordIO records must be under 2\*\*29"):
+        recordio.frame(b"a" * 16)
         assert w.tell() == 24
     assert path.stat().st_size == 24
     assert (tmp_path / "big.idx").read_text() == "0\t0\n"
@@ -229,6 +251,7 @@ def test_roundtrip_any_payload(tmp_path, payloads):
         if cflag in (1, 2):
             assert length % 4 == 0
     assert len(blob) == sum(recordio.framed_size(p) for p in payloads)
+    assert blob == b"".join(recordio.frame(p) for p in payloads)
     for p in payloads:  # the split count follows dmlc: aligned magics below len - len % 4
         n_aligned = sum(1 for i in range(0, len(p) - 3, 4) if p[i : i + 4] == M)
         assert recordio.framed_size(p) == 8 + 4 * n_aligned + (len(p) + 3) // 4 * 4
