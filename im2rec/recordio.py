@@ -297,9 +297,10 @@ def frame(payload: bytes) -> bytes:
     """
     payload = _as_payload(payload)
     if len(payload) > MAX_RECORD_SIZE:
-        raise RecordTooLargeError(f"record of {len(payload)} bytes is too large: RecordIO records must be under 2**29 ({1 << 29}) bytes")
+        raise RecordTooLargeError(
+            f"record of {len(payload)} bytes is too large: RecordIO records must be under 2**29 ({1 << 29}) bytes"
+        )
     return b"".join(_frame_parts(payload))
-
 
 
 def _as_payload(buf: Any) -> bytes:
