@@ -222,14 +222,15 @@ class OrderedPool(Generic[T, R]):
         workers = len(self._workers)
 
         while True:
-            ahead = self._window * workers * self.batch_size
+            size = self.batch_size
+            ahead = self._window * workers * size
             for w in self._workers:  # keep two batches queued at every worker
                 while len(w.batches) < 2:
                     if retry:
                         batch, alone = [retry.popleft()], True
                     else:
                         batch, alone = [], False
-                        while lookahead is not None and len(batch) < self.batch_size and lookahead[0] < next_out + ahead:
+                        while lookahead is not None and len(batch) < size and lookahead[0] < next_out + ahead:
                             batch.append(lookahead)
                             lookahead = next(source, None)
                         if not batch:
