@@ -240,8 +240,8 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
     \b
     Exit status:
       0  the run completed (failed images, if any, are in OUT.failed.tsv)
-      1  an error: bad list, existing output, write error; or with --strict any
-         failed image; or more failures than --max-errors
+      1  an error: bad list, wrong ROOT, existing output, write error; every
+         image failed; with --strict any failed image; more than --max-errors
       2  a usage error
       130/143  interrupted by Ctrl-C / SIGTERM (rerun with --resume)
     """
@@ -304,6 +304,8 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
         packing.write_stats(stats_path, summary, options, sys.argv)
     if not quiet:
         click.echo(packing.summary_line(summary))
+    if summary.failed and not summary.packed:
+        raise click.ClickException(f"no image could be packed: all {summary.failed:,} failed; see {summary.outputs.failed}")
     if strict and summary.failed:
         raise click.ClickException(f"{summary.failed:,} image(s) failed (--strict); see {summary.outputs.failed}")
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -290,6 +291,27 @@ def iter_tasks(lst: str, root: str, opts: PackOptions, start: int = 0, stop: Opt
             yield Task(seq, entry.index, _label_of(entry.labels, opts), entry.path, os.path.join(root, entry.path))
 
 
+#: How many entries ``check_root`` looks at before deciding that ROOT is the wrong folder.
+ROOT_SAMPLE = 20
+
+
+def check_root(lst: str, root: str, opts: PackOptions, start: int = 0, stop: Optional[int] = None) -> None:
+    """Refuse a ROOT where not one of the list's first images exists: the wrong folder, most likely.
+
+    Without it a wrong ROOT gives an empty ``.rec`` and a failure list as long as the list.
+
+    Raises:
+        PackError: the first ``ROOT_SAMPLE`` entries (or all, if fewer) are all missing.
+    """
+    looked = [t.file for t in itertools.islice(iter_tasks(lst, root, opts, start, stop), ROOT_SAMPLE)]
+    if looked and not any(os.path.lexists(f) for f in looked):
+        which = f"the first {len(looked)}" if len(looked) == ROOT_SAMPLE else f"the {len(looked)}"
+        raise PackError(
+            f"{root}: none of {which} images of {lst} is there (the first would be {looked[0]}); "
+            f"is ROOT the folder the list's paths are relative to?"
+        )
+
+
 # --------------------------------------------------------------------------- stage 2: encoding
 
 
@@ -522,6 +544,7 @@ def pack(
             lst,
             check.extra_labels,
         )
+    check_root(lst, root, opts, start, stop)
     if opts.shard_size:
         _pack_sharded(lst, root, opts, progress, summary)
     else:

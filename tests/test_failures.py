@@ -143,6 +143,40 @@ def test_strict_fails_the_run_but_keeps_the_outputs(mixed, tmp_path):
     assert (tmp_path / "s.rec").exists() and (tmp_path / "s.idx").exists()
 
 
+def test_wrong_root_is_an_error_before_anything_is_written(mixed, tmp_path):
+    lst, _, _ = mixed
+    (tmp_path / "elsewhere").mkdir()
+    result = run("pack", lst, tmp_path / "elsewhere", tmp_path / "w.rec")
+    assert result.exit_code == 1
+    first = tmp_path / "elsewhere" / "good.jpg"
+    assert result.stderr == (
+        f"Error: {tmp_path / 'elsewhere'}: none of the first 20 images of {lst} is there (the first would be {first}); "
+        f"is ROOT the folder the list's paths are relative to?\n"
+    )
+    assert not list(tmp_path.glob("w.*"))
+
+
+def test_a_short_list_with_every_image_missing_names_them_all(tmp_path):
+    (tmp_path / "img").mkdir()
+    write_lst(tmp_path / "l.lst", [ListEntry(i, (0.0,), f"x{i}.jpg") for i in range(3)])
+    result = run("pack", tmp_path / "l.lst", tmp_path / "img", tmp_path / "o.rec")
+    assert result.exit_code == 1
+    assert "none of the 3 images of" in result.stderr
+    assert not list(tmp_path.glob("o.*"))
+
+
+def test_nothing_packed_is_a_failed_run(tmp_path):
+    root = tmp_path / "img"
+    root.mkdir()
+    (root / "a.jpg").write_bytes(b"not a jpeg")
+    (root / "b.jpg").write_bytes(b"")
+    write_lst(tmp_path / "l.lst", [ListEntry(0, (0.0,), "a.jpg"), ListEntry(1, (0.0,), "b.jpg")])
+    result = run("pack", tmp_path / "l.lst", root, tmp_path / "o.rec", "-q")
+    assert result.exit_code == 1
+    assert result.stderr == f"Error: no image could be packed: all 2 failed; see {tmp_path / 'o.failed.tsv'}\n"
+    assert len((tmp_path / "o.failed.tsv").read_text().splitlines()) == 3  # header + 2
+
+
 def test_max_errors_stops_early(mixed, tmp_path):
     lst, root, _ = mixed
     result = run("pack", lst, root, tmp_path / "m.rec", "--max-errors", "2", "--workers", "1", "--stats", tmp_path / "m.json")
