@@ -35,6 +35,7 @@ import compileall
 import multiprocessing
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -257,12 +258,14 @@ def bench_corpus(name: str, root: Path, tmp: Path, args) -> None:
         modes["pass-through"] = ["--pass-through"]
     print(f"\n== {name}: {n:,} images in {root} ({sum((root / e.path).stat().st_size for e in entries) / 1e6:.0f} MB), --workers {args.workers}")
     limits, ceilings, results, outputs = [], [], {}, {}
+    rounds: dict = {}  # (mode, who) -> seconds of each round, for ratios within a round
     for _ in range(args.repeat):
         limits.append(naive_loop(entries, root, 256))
         ceilings.append(naive_parallel(entries, root, 256, args.workers))
         for mode, flags in modes.items():
             for who, (cmd, out) in contenders(lst, root, tmp, args, flags).items():
                 measured = run_measured(cmd)
+                rounds.setdefault((mode, who), []).append(measured[0])
                 outputs[(mode, who)] = out.read_bytes() if mode == "pass-through" else None
                 best = results.get((mode, who))
                 if best is None or measured[0] < best[0]:
@@ -286,6 +289,16 @@ def bench_corpus(name: str, root: Path, tmp: Path, args) -> None:
         f"  im2rec pack, resize 256: {n / pack_s / ceiling:.2f}x the speed of the plain loops in parallel, "
         f"{pack_cpu / ceiling_cpu:.2f}x their CPU time (start-up, list, pool and writing included)"
     )
+    # This machine's speed drifts by 10-20% from minute to minute: ratios taken within
+    # each round, where the contenders ran back to back, vary less than ratios of bests.
+    ours = rounds[("resize 256", "im2rec pack")]
+    paired = [f"{n / s / rate:.2f}" for s, (rate, _) in zip(ours, ceilings)]
+    print(f"  per round, im2rec pack / plain loops in parallel: {', '.join(paired)} (median {statistics.median(map(float, paired)):.2f})")
+    for (mode, who), seconds in rounds.items():
+        if who != "im2rec pack":
+            mine = rounds[(mode, "im2rec pack")]
+            paired = [f"{theirs / s:.2f}" for s, theirs in zip(mine, seconds)]
+            print(f"  per round, im2rec pack vs {who}, {mode}: {', '.join(paired)}x (median {statistics.median(map(float, paired)):.2f}x)")
     if "pass-through" in modes:
         ours = outputs[("pass-through", "im2rec pack")]
         same = {who: data == ours for (m, who), data in outputs.items() if m == "pass-through" and who != "im2rec pack"}

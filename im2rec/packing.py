@@ -362,8 +362,14 @@ def _encoder(opts: PackOptions) -> Iterator[Callable[[Iterable[Task]], Iterator[
         yield lambda tasks: (encode_record(t, opts.image) for t in tasks)
         return
     with OrderedPool(
-        encode_record, opts.image, opts.workers, _crashed, weigh=_weigh, initializer=init_worker, preload=("cv2", __name__),
-        fork_unsafe=("cv2",),
+        encode_record,
+        opts.image,
+        opts.workers,
+        _crashed,
+        weigh=_weigh,
+        initializer=init_worker,
+        preload=("cv2", __name__),
+        fork_unsafe=("cv2",),  # the command never loads OpenCV itself: its workers fork in milliseconds
     ) as pool:
         yield pool.map
 
