@@ -284,11 +284,8 @@ def check_list(lst: str, opts: PackOptions) -> ListCheck:
 
 def iter_tasks(lst: str, root: str, opts: PackOptions, start: int = 0, stop: Optional[int] = None) -> Iterator[Task]:
     """The list's entries at positions ``[start, stop)`` as Tasks, read lazily."""
-    for seq, (_, entry) in enumerate(iter_lst(lst)):
-        if stop is not None and seq >= stop:
-            return
-        if seq >= start:
-            yield Task(seq, entry.index, _label_of(entry.labels, opts), entry.path, os.path.join(root, entry.path))
+    for seq, (_, entry) in enumerate(iter_lst(lst, start, stop), start):
+        yield Task(seq, entry.index, _label_of(entry.labels, opts), entry.path, os.path.join(root, entry.path))
 
 
 #: How many entries ``check_root`` looks at before deciding that ROOT is the wrong folder.

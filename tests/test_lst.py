@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from im2rec.errors import ListFormatError
-from im2rec.lst import ListEntry, format_entry, read_lst, write_lst
+from im2rec.lst import ListEntry, format_entry, iter_lst, parse_line, read_lst, write_lst
 
 
 def test_reads_golden_lists(data_dir):
@@ -52,6 +52,25 @@ def test_malformed_lines_name_file_and_line(tmp_path, line, message):
     (tmp_path / "bad.lst").write_text("0\t0\tok.jpg\n" + line + "\n")
     with pytest.raises(ListFormatError, match=message):
         read_lst(tmp_path / "bad.lst")
+
+
+def test_malformed_lines_through_parse_line():
+    with pytest.raises(ListFormatError, match=r"^x\.lst:9: label 1 \('a'\) is not a number$"):
+        parse_line("0\ta\tp.jpg", "x.lst:9")
+    assert parse_line("7\t1\t2\tp q.jpg", "x.lst:1") == ListEntry(7, (1.0, 2.0), "p q.jpg")
+
+
+def test_iter_lst_range_counts_entries_and_parses_only_those(tmp_path):
+    (tmp_path / "r.lst").write_text("0\t0\ta.jpg\n\nnot a line\n3\t1\tb.jpg\n\n4\t2\tc.jpg\n5\tx\td.jpg\n")
+    # Positions count non-blank lines: 0 a.jpg, 1 "not a line", 2 b.jpg, 3 c.jpg, 4 d.jpg.
+    got = list(iter_lst(tmp_path / "r.lst", 2, 4))
+    assert got == [(4, ListEntry(3, (1.0,), "b.jpg")), (6, ListEntry(4, (2.0,), "c.jpg"))]
+    assert list(iter_lst(tmp_path / "r.lst", 0, 1)) == [(1, ListEntry(0, (0.0,), "a.jpg"))]
+    assert list(iter_lst(tmp_path / "r.lst", 5)) == []
+    with pytest.raises(ListFormatError, match=r"r\.lst:7: label 1 \('x'\) is not a number"):
+        list(iter_lst(tmp_path / "r.lst", 4))
+    with pytest.raises(ListFormatError, match=r"r\.lst:3: expected"):
+        list(iter_lst(tmp_path / "r.lst"))
 
 
 def test_not_utf8(tmp_path):
