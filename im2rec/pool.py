@@ -49,6 +49,7 @@ def _worker_main(
     tasks: Any, results: Any, fn: Callable[[Any, Any], Any], context: Any, quiet: bool, initializer: Optional[Callable[[], None]]
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the parent's handler
     if initializer is not None:
         initializer()
     if quiet:  # C libraries (libpng, libjpeg) print to fd 2; failures are reported as data instead
