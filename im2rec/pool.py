@@ -20,6 +20,7 @@ through the context manager) terminates and reaps every worker.
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import multiprocessing
 import multiprocessing.connection
@@ -45,11 +46,37 @@ R = TypeVar("R")
 Batch = List[Tuple[int, Any]]  # (sequence number, item)
 
 
+_PR_SET_PDEATHSIG = 1  # prctl option, from <linux/prctl.h>
+
+
+def _die_with(parent: int) -> None:
+    """Have Linux kill this forked worker when ``parent`` dies, even by SIGKILL.
+
+    A forked worker holds copies of the parent's ends of every pipe, so a killed
+    parent never shows up as end-of-file on its task pipe: the worker would wait
+    for work forever. (Workers of a fork server hold only their own ends.)
+    """
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before prctl took effect
+        os._exit(1)
+
+
 def _worker_main(
-    tasks: Any, results: Any, fn: Callable[[Any, Any], Any], context: Any, quiet: bool, initializer: Optional[Callable[[], None]]
+    tasks: Any,
+    results: Any,
+    fn: Callable[[Any, Any], Any],
+    context: Any,
+    quiet: bool,
+    initializer: Optional[Callable[[], None]],
+    parent: Optional[int] = None,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the parent's handler
+    if parent is not None:
+        _die_with(parent)
     if initializer is not None:
         initializer()
     if quiet:  # C libraries (libpng, libjpeg) print to fd 2; failures are reported as data instead
@@ -106,7 +133,7 @@ def default_context(preload: Tuple[str, ...] = (), fork_unsafe: Tuple[str, ...] 
     """
     methods = multiprocessing.get_all_start_methods()
     clean = not any(m in sys.modules for m in fork_unsafe) and threading.active_count() == 1
-    if fork_unsafe and clean and "fork" in methods:
+    if fork_unsafe and clean and sys.platform.startswith("linux"):  # macOS lists fork, but its libraries break under it
         return multiprocessing.get_context("fork")
     if "forkserver" in methods:
         ctx = multiprocessing.get_context("forkserver")
@@ -197,7 +224,8 @@ class OrderedPool(Generic[T, R]):
         task_in, task_out = self._mp.Pipe(duplex=False)
         result_in, result_out = self._mp.Pipe(duplex=False)
         _grow_pipe(result_out)
-        args = (task_in, result_out, self._fn, self._context, self._quiet, self._initializer)
+        parent = os.getpid() if self._mp.get_start_method() == "fork" else None
+        args = (task_in, result_out, self._fn, self._context, self._quiet, self._initializer, parent)
         p = self._mp.Process(target=_worker_main, args=args, daemon=True)
         p.start()
         task_in.close()

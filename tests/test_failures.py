@@ -286,8 +286,14 @@ def test_kill_9_then_resume_gives_identical_bytes(slow_job, tmp_path):
     assert ref.returncode == 0, ref.stderr
     proc = cli("pack", lst, root, tmp_path / "o.rec", *SLOW_ARGS)
     wait_for_records(tmp_path / "o.rec.partial", 300_000, proc)
+    workers = descendants(proc.pid)
+    assert len(workers) >= 2
     proc.kill()
     proc.wait()
+    deadline = time.time() + 5
+    while any(alive(p) for p in workers) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(p) for p in workers), "workers outlived their killed parent"
     assert not (tmp_path / "o.rec").exists()
     again = run("pack", lst, root, tmp_path / "o.rec", *SLOW_ARGS)
     assert again.exit_code == 1 and "--resume" in again.stderr  # a plain rerun refuses to clobber
