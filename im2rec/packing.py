@@ -416,7 +416,9 @@ def _fingerprint(lst: str, root: str, opts: PackOptions) -> dict:
     return {"list": os.path.abspath(lst), "list_sha256": h.hexdigest(), "root": os.path.abspath(root), "options": opts.output_affecting()}
 
 
-def _resume(out: Outputs, lst: str, rec_file: IO[bytes], idx_file: IO[str], failed_file: IO[str], summary: PackSummary) -> None:
+def _resume(
+    out: Outputs, lst: str, rec_file: IO[bytes], idx_file: IO[str], failed_file: IO[str], summary: PackSummary, start: int, stop: int
+) -> None:
     """Continue an interrupted run: keep its complete records, cut a torn one off, find where to go on.
 
     The ``.idx`` lines are rebuilt from the records' headers (key = id, as pack
@@ -444,7 +446,7 @@ def _resume(out: Outputs, lst: str, rec_file: IO[bytes], idx_file: IO[str], fail
     failed_indices = {index for index, _ in old_failures}
     done_failures = set()
     if last_key is not None:
-        for seq, (_, entry) in enumerate(iter_lst(lst)):
+        for seq, (_, entry) in enumerate(iter_lst(lst, start, stop), start):  # this part's entries only
             if entry.index in failed_indices:
                 done_failures.add(entry.index)
             if entry.index == last_key:
@@ -571,7 +573,7 @@ def _pack_single(lst: str, root: str, opts: PackOptions, progress: Progress, sum
             failed_p + ".new", "w", encoding="utf-8", newline="\n"
         ) as failed_file:
             if resuming:
-                _resume(out, lst, rec_file, idx_file, failed_file, summary)
+                _resume(out, lst, rec_file, idx_file, failed_file, summary, start, stop)
             else:
                 failed_file.write(FAILED_HEADER)
             os.replace(idx_p + ".new", idx_p)

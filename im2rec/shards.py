@@ -23,7 +23,7 @@ import numpy as np
 
 from . import __version__
 from .errors import Im2recError
-from .fsutil import commit, remove_quietly
+from .fsutil import commit, remove_quietly, start_writeback
 from .recordio import RecordWriter, read_index
 
 __all__ = [
@@ -224,6 +224,7 @@ class ShardedWriter:
     def _rotate(self) -> None:
         if self._writer is not None:
             self._writer.close()
+            start_writeback(self.shards[-1].rec + ".partial")  # so that commit() does not wait for every shard
         rec = shard_path(self.out_rec, len(self.shards))
         self.shards.append(_Shard(rec, _stem(rec) + ".idx"))
         self._writer = RecordWriter(rec + ".partial", _stem(rec) + ".idx.partial")

@@ -307,6 +307,22 @@ def test_kill_9_then_resume_gives_identical_bytes(slow_job, tmp_path):
     assert done.exit_code == 0 and done.stdout == f"{tmp_path / 'o.rec'} is already complete: nothing to resume\n"
 
 
+def test_kill_9_then_resume_of_a_part(slow_job, tmp_path):
+    lst, root = slow_job
+    part = [*SLOW_ARGS, "--num-parts", "2", "--part-index", "1"]
+    ref = subprocess.run([sys.executable, "-m", "im2rec", "pack", lst, root, tmp_path / "ref.rec", *part], capture_output=True)
+    assert ref.returncode == 0, ref.stderr
+    proc = cli("pack", lst, root, tmp_path / "o.rec", *part)
+    wait_for_records(tmp_path / "o-00001-of-00002.rec.partial", 300_000, proc)
+    proc.kill()
+    proc.wait()
+    resumed = subprocess.run([sys.executable, "-m", "im2rec", "pack", lst, root, tmp_path / "o.rec", *[a for a in part if a != "-q"], "--resume"], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "(resumed after " in resumed.stdout
+    for ext in ("rec", "idx", "failed.tsv"):
+        assert (tmp_path / f"o-00001-of-00002.{ext}").read_bytes() == (tmp_path / f"ref-00001-of-00002.{ext}").read_bytes(), ext
+
+
 def test_resume_with_torn_record_and_lagging_idx(data_dir, tmp_path):
     lst = data_dir / "im2rec" / "all.lst"
     args = ["--pass-through"]
