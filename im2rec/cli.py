@@ -127,26 +127,17 @@ def list_command(root, prefix, exts, recursive, train_ratio, test_ratio, chunks,
         click.echo(f"{result.classes_path}: {plural(len(result.classes), 'class', 'classes')}")
 
 
-class SizeType(click.ParamType):
-    name = "SIZE"
+class _Parsed(click.ParamType):
+    """An option value read by a library parser; the parser's ValueError becomes a usage error."""
+
+    def __init__(self, name: str, parse):
+        self.name, self._parse = name, parse
 
     def convert(self, value, param, ctx):
         if isinstance(value, int):
             return value
         try:
-            return shards.parse_size(str(value))
-        except ValueError as e:
-            self.fail(str(e), param, ctx)
-
-
-class InterMethod(click.ParamType):
-    name = "METHOD"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, int):
-            return value
-        try:
-            return image.parse_inter_method(str(value))
+            return self._parse(str(value))
         except ValueError as e:
             self.fail(str(e), param, ctx)
 
@@ -197,7 +188,7 @@ def _raise_terminated(signum, frame):
 @click.option("--encoding", type=click.Choice(image.ENCODINGS), default=".jpg", show_default=True, help="Encoding of the stored images.")
 @click.option("--color", type=click.Choice(["1", "0", "-1"]), default="1", show_default=True, help="1: colour, 0: gray, -1: unchanged (alpha and 16 bits kept, no EXIF rotation).")
 @click.option("--pass-through", is_flag=True, help="Store each file's bytes unchanged (no decode, resize or re-encode; cheap checks only).")
-@click.option("--inter-method", type=InterMethod(), default="linear", show_default=True, help="Resize interpolation: nearest, linear, cubic, area, lanczos, auto, random (or im2rec.cc's 0-4, 9, 10).")
+@click.option("--inter-method", type=_Parsed("METHOD", image.parse_inter_method), default="linear", show_default=True, help="Resize interpolation: nearest, linear, cubic, area, lanczos, auto, random (or im2rec.cc's 0-4, 9, 10).")
 @click.option("--full-decode", is_flag=True, help="Always decode JPEGs at full size (by default a JPEG 3x larger than the target is decoded at 1/2, 1/4 or 1/8 scale: faster, less aliasing).")
 @click.option("--max-pixels", type=click.IntRange(min=1), default=image.DEFAULT_MAX_PIXELS, show_default=True, help="Skip images with more pixels than this, read from the header before decoding (decompression bombs).")
 @click.option("--pack-label", is_flag=True, help="Store every label of a line that has several (flag = label count), as im2rec.py.")
@@ -210,7 +201,7 @@ def _raise_terminated(signum, frame):
 @click.option("--stats", "stats_path", type=click.Path(dir_okay=False), default=None, help="Write a JSON audit record: version, options, counts, bytes, timings, sha256 of the outputs.")
 @click.option("--num-parts", type=click.IntRange(min=1), default=1, show_default=True, help="Split the list into N contiguous parts (with --part-index or --dask).")
 @click.option("--part-index", type=click.IntRange(min=0), default=None, help="Pack only part I of --num-parts, to OUT-0000I-of-0000N.rec; join parts with `im2rec merge`.")
-@click.option("--shard-size", type=SizeType(), default=None, help="Start a new shard OUT-00000.rec, OUT-00001.rec, ... before one would pass SIZE (e.g. 1GB, 500MB); writes OUT.shards.json.")
+@click.option("--shard-size", type=_Parsed("SIZE", shards.parse_size), default=None, help="Start a new shard OUT-00000.rec, OUT-00001.rec, ... before one would pass SIZE (e.g. 1GB, 500MB); writes OUT.shards.json.")
 @click.option("--dask", "dask_address", metavar="ADDRESS", default=None, help="Run the parts as tasks on a Dask cluster (tcp://host:8786, or 'local'), then merge them. Needs im2rec[dask].")
 @click.option("--no-merge", is_flag=True, help="With --dask: keep the parts, do not merge them.")
 @quiet_option
