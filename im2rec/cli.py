@@ -121,6 +121,9 @@ def list_command(root, prefix, exts, recursive, train_ratio, test_ratio, chunks,
     result = listing.make_lists(root, prefix, options)
     for skipped in result.skipped:
         click.echo(f"skipped {skipped.path!r}: {skipped.reason}", err=True)
+    others = listing.skipped_exts_line(result.other_exts, options.exts)
+    if others:
+        click.echo(others, err=True)
     if not quiet:
         for path, count in result.lists.items():
             click.echo(f"{path}: {plural(count, 'image')}")

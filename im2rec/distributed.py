@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Optional
 
 from .errors import Im2recError, PackError
 from .fsutil import remove_quietly
-from .packing import Outputs, PackOptions, PackSummary, check_list, pack
+from .packing import Outputs, PackOptions, PackSummary, check_list, make_output_folder, pack
 from .shards import merge_parts, part_path
 
 __all__ = ["pack_dask", "DaskSummary", "pack_part"]
@@ -116,19 +116,18 @@ def pack_dask(
     """
     started = time.perf_counter()
     out_rec = out_rec or os.path.splitext(lst)[0] + ".rec"
-    out_dir = os.path.dirname(os.path.abspath(out_rec))
-    if not os.path.isdir(out_dir):
-        raise PackError(f"{out_dir}: the output folder does not exist")
     if not options.overwrite and not options.resume:
         for path in Outputs.for_rec(out_rec).finals:
             if os.path.exists(path):
                 raise PackError(f"{path} exists: pass --overwrite to replace it")
     lines = check_list(lst, options).lines
+    make_output_folder(out_rec)
     lst, root, out_rec = os.path.abspath(lst), os.path.abspath(root), os.path.abspath(out_rec)
     client = _client(address, options.workers)
     try:
         workers = len(client.scheduler_info().get("workers", {})) or 1
         n = num_parts or max(1, min(4 * workers, lines // 100 or 1))
+        options = dataclasses.replace(options, num_parts=n)  # each task's part_index is checked against it
         summary = DaskSummary(out_rec, n, workers=workers)
         futures = {client.submit(pack_part, lst, root, out_rec, options, i, pure=False, key=f"im2rec-part-{i}-of-{n}"): i for i in range(n)}
         from dask.distributed import as_completed

@@ -75,6 +75,12 @@ def start_writeback(path: PathLike) -> None:
         os.close(fd)
 
 
+def make_parents(path: PathLike) -> None:
+    """Create the missing folders above the output ``path``, as ``mkdir -p`` would."""
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+
+
 def remove_quietly(path: PathLike) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
@@ -86,6 +92,7 @@ def atomic_open(path: PathLike, mode: str = "w", **kwargs: Any) -> Iterator[IO[A
 
     On any exception the temporary file is removed and ``path`` is left as it was.
     """
+    make_parents(path)
     tmp = temp_path(path)
     try:
         with open(tmp, mode, **kwargs) as f:

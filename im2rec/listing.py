@@ -14,17 +14,26 @@ import contextlib
 import math
 import os
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .errors import ListingError
-from .fsutil import commit, remove_quietly, temp_path
+from .fsutil import commit, make_parents, remove_quietly, temp_path
 from .lst import ListEntry, unstorable_reason, write_lst
 
-__all__ = ["ListOptions", "ListResult", "Scan", "Skipped", "scan_images", "make_lists", "normalize_exts"]
+__all__ = ["ListOptions", "ListResult", "Scan", "Skipped", "scan_images", "make_lists", "normalize_exts", "skipped_exts_line"]
 
-DEFAULT_EXTS = (".jpeg", ".jpg", ".png")
+DEFAULT_EXTS = (".jpeg", ".jpg", ".png")  # im2rec.py's
+
+#: Extensions of other formats that ``im2rec pack`` decodes (OpenCV), named in the hint
+#: printed when a folder holds files of them that the chosen ``exts`` leave out.
+DECODABLE_EXTS = {
+    ".webp": "WebP", ".bmp": "BMP", ".dib": "BMP", ".tif": "TIFF", ".tiff": "TIFF",
+    ".gif": "GIF", ".avif": "AVIF", ".jp2": "JPEG 2000", ".jpe": "JPEG", ".jfif": "JPEG",
+    ".pbm": "PNM", ".pgm": "PNM", ".ppm": "PNM", ".pnm": "PNM", ".hdr": "HDR",
+}  # fmt: skip
 
 
 def normalize_exts(exts: Sequence[str]) -> Tuple[str, ...]:
@@ -83,6 +92,7 @@ class ListResult:
     classes_path: Optional[str] = None
     skipped: List[Skipped] = field(default_factory=list)
     images: int = 0
+    other_exts: Counter = field(default_factory=Counter)  # extension -> files not listed for it
 
 
 @dataclass
@@ -92,6 +102,29 @@ class Scan:
     entries: List[ListEntry]
     classes: List[Tuple[int, str]]  # (label, folder relative to the root, "." for the root)
     skipped: List[Skipped]
+    other_exts: Counter = field(default_factory=Counter)  # extension ("" for none) -> files not listed
+
+
+def skipped_exts_line(other_exts: Counter, exts: Sequence[str], shown: int = 8) -> Optional[str]:
+    """``skipped 25 files: 16 .webp, 9 .svg; add .webp to --exts (...) to list WebP too``, or None.
+
+    Names the ``--exts`` value that adds the formats ``im2rec pack`` can decode, since
+    ``--exts`` replaces the default list rather than extending it.
+    """
+    if not other_exts:
+        return None
+    ranked = sorted(other_exts.items(), key=lambda kv: (-kv[1], kv[0]))
+    counts = ", ".join(f"{n:,} {ext or '(no extension)'}" for ext, n in ranked[:shown])
+    if len(ranked) > shown:
+        counts += f", {len(ranked) - shown} more extensions"
+    total = sum(other_exts.values())
+    line = f"skipped {total:,} file{'s' if total != 1 else ''}: {counts}"
+    images = [ext for ext, _ in ranked if ext in DECODABLE_EXTS]
+    if images:
+        names = list(dict.fromkeys(DECODABLE_EXTS[e] for e in images))
+        formats = " and ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
+        line += f"; add {' '.join(images)} to --exts (--exts {','.join(tuple(exts) + tuple(images))}) to list {formats} too"
+    return line
 
 
 def _sorted_entries(path: str, skipped: List[Skipped]) -> List[os.DirEntry]:
@@ -116,6 +149,7 @@ def scan_images(root: str, exts: Sequence[str], recursive: bool) -> Scan:
     entries: List[ListEntry] = []
     labels: Dict[str, Tuple[float]] = {}  # folder -> its label, one shared tuple per class
     skipped: List[Skipped] = []
+    other_exts: Counter = Counter()
     root = os.path.abspath(root)
 
     def visit(path: str, rel: str, ancestors: Tuple[Tuple[int, int], ...]) -> None:
@@ -131,7 +165,9 @@ def scan_images(root: str, exts: Sequence[str], recursive: bool) -> Scan:
                 continue
             child = f"{rel}/{name}" if rel else name
             if is_file:
-                if os.path.splitext(name)[1].lower() not in exts:
+                ext = os.path.splitext(name)[1].lower()
+                if ext not in exts:
+                    other_exts[ext] += 1
                     continue
                 reason = unstorable_reason(child)
                 if reason:
@@ -158,7 +194,7 @@ def scan_images(root: str, exts: Sequence[str], recursive: bool) -> Scan:
     st = os.stat(root)
     visit(root, "", ((st.st_dev, st.st_ino),))
     classes = [(int(label[0]), folder or ".") for folder, label in labels.items()]
-    return Scan(entries, classes, skipped)
+    return Scan(entries, classes, skipped, other_exts)
 
 
 def _split_counts(n: int, train: float, test: float) -> Tuple[int, int]:
@@ -248,20 +284,20 @@ def make_lists(root: str, prefix: str, options: ListOptions = ListOptions()) -> 
         raise ListingError(f"{root}: no such folder")
     if not os.path.isdir(root):
         raise ListingError(f"{root}: not a folder")
-    scan = scan_images(root, normalize_exts(options.exts), options.recursive)
+    exts = normalize_exts(options.exts)
+    scan = scan_images(root, exts, options.recursive)
     if not scan.entries:
         where = "in it or its sub-folders" if options.recursive else "directly in it (try --recursive)"
-        raise ListingError(f"{root}: no image with extension {' '.join(normalize_exts(options.exts))} {where}")
+        others = skipped_exts_line(scan.other_exts, exts)
+        raise ListingError(f"{root}: no image with extension {' '.join(exts)} {where}" + (f" ({others})" if others else ""))
     entries = scan.entries
     planned = _planned_lists(prefix, entries, options)
     classes_path = prefix + ".classes.tsv"
-    result = ListResult(classes=scan.classes, classes_path=classes_path, skipped=scan.skipped, images=len(entries))
+    result = ListResult(classes=scan.classes, classes_path=classes_path, skipped=scan.skipped, images=len(entries), other_exts=scan.other_exts)
 
-    parent = os.path.dirname(os.path.abspath(prefix))
-    if not os.path.isdir(parent):
-        raise ListingError(f"{parent}: the output folder does not exist")
     tmps: List[Tuple[Path, str]] = []
     try:  # write everything under temporary names, then rename: all lists or none
+        make_parents(prefix)
         for path, items in planned:
             tmp = temp_path(path)
             tmps.append((tmp, path))

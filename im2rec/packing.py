@@ -45,7 +45,7 @@ import numpy as np
 
 from . import __version__, recordio
 from .errors import ImageError, ListFormatError, PackError, TooManyFailures
-from .fsutil import WriteBehind, commit, remove_quietly
+from .fsutil import WriteBehind, commit, make_parents, remove_quietly
 from .image import ImageOptions, init_worker, transform
 from .lst import iter_lst
 from .pool import OrderedPool
@@ -497,6 +497,13 @@ def _prepare_outputs(out: Outputs, lst: str, root: str, opts: PackOptions) -> bo
 # --------------------------------------------------------------------------- the run
 
 
+def make_output_folder(path: str) -> None:
+    try:
+        make_parents(path)
+    except OSError as e:
+        raise PackError(f"cannot create the output folder {e.filename}: {e.strerror}") from None
+
+
 def pack(
     lst: str,
     root: str,
@@ -532,9 +539,6 @@ def pack(
     summary = PackSummary(lst, root, out)
     if not os.path.isdir(root):
         raise PackError(f"{root}: no such folder")
-    out_dir = os.path.dirname(os.path.abspath(out.rec))
-    if not os.path.isdir(out_dir):
-        raise PackError(f"{out_dir}: the output folder does not exist")
     if opts.resume and not opts.overwrite and all(os.path.exists(p) for p in out.finals) and not os.path.exists(out.state):
         summary.already_complete = summary.complete = True  # an earlier run finished: nothing to do
         return summary
@@ -550,6 +554,7 @@ def pack(
             check.extra_labels,
         )
     check_root(lst, root, opts, start, stop)
+    make_output_folder(out.rec)
     if opts.shard_size:
         _pack_sharded(lst, root, opts, progress, summary)
     else:
@@ -688,6 +693,7 @@ def write_stats(path: str, summary: PackSummary, options: PackOptions, argv: Opt
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     tmp = path + ".partial"
+    make_parents(path)
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(stats, f, indent=1)
         f.write("\n")

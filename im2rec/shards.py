@@ -23,7 +23,7 @@ import numpy as np
 
 from . import __version__
 from .errors import Im2recError
-from .fsutil import commit, remove_quietly, start_writeback
+from .fsutil import commit, make_parents, remove_quietly, start_writeback
 from .recordio import RecordWriter, read_index
 
 __all__ = [
@@ -151,6 +151,7 @@ def merge_parts(out_rec: str, parts: Sequence[str], overwrite: bool = False) -> 
         raise Im2recError(f"key {int(uniq[counts > 1][0])} appears in more than one part: these are not parts of one list")
     tmp_rec, tmp_idx, tmp_failed = out_rec + ".partial", out_idx + ".partial", out_failed + ".partial"
     try:
+        make_parents(out_rec)
         with open(tmp_rec, "wb") as out:
             for part in ordered:
                 with open(part, "rb") as f:

@@ -230,3 +230,10 @@ def test_index_skips_a_damaged_record(golden_copy):
     assert result.exit_code == 1
     assert f"byte {offs[5]}: no record at byte {offs[5]}" in result.stderr
     assert result.stdout.endswith("13 entries\n")
+
+
+def test_index_and_extract_into_new_folders(golden_copy, tmp_path):
+    assert run("index", golden_copy, "--idx", tmp_path / "new" / "a.idx", "-q").exit_code == 0
+    assert (tmp_path / "new" / "a.idx").read_bytes() == golden_copy.with_suffix(".idx").read_bytes()
+    assert run("extract", golden_copy, tmp_path / "x" / "y", "-q").exit_code == 0
+    assert (tmp_path / "x" / "y" / "all.lst").exists()

@@ -191,8 +191,14 @@ def test_folder_without_images(tmp_path):
     root = make_tree(tmp_path / "img", ["a/readme.txt"])
     result = run("list", root, tmp_path / "d")
     assert result.exit_code == 1
-    assert result.stderr == f"Error: {root}: no image with extension .jpeg .jpg .png in it or its sub-folders\n"
+    assert result.stderr == f"Error: {root}: no image with extension .jpeg .jpg .png in it or its sub-folders (skipped 1 file: 1 .txt)\n"
     assert not list(tmp_path.glob("d*"))
+    root = make_tree(tmp_path / "webp", ["a/1.webp"])
+    result = run("list", root, tmp_path / "d")
+    assert result.stderr == (
+        f"Error: {root}: no image with extension .jpeg .jpg .png in it or its sub-folders "
+        "(skipped 1 file: 1 .webp; add .webp to --exts (--exts .jpeg,.jpg,.png,.webp) to list WebP too)\n"
+    )
 
 
 def test_library_validates_ratios():
@@ -210,10 +216,38 @@ def test_unwritable_output_leaves_nothing(data_dir, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["d_val.lst"]
 
 
-def test_missing_output_folder(data_dir, tmp_path):
-    result = run("list", data_dir / "tree", tmp_path / "no" / "d")
-    assert result.exit_code == 1
-    assert result.stderr == f"Error: {tmp_path / 'no'}: the output folder does not exist\n"
+def test_missing_output_folders_are_created(data_dir, tmp_path, monkeypatch):
+    """The README's `im2rec list images/ data/train`, with no data/ yet."""
+    monkeypatch.chdir(tmp_path)
+    result = run("list", data_dir / "tree", "data/train")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "data" / "train.lst").read_bytes() == (data_dir / "im2rec" / "all.lst").read_bytes()
+    assert (tmp_path / "data" / "train.classes.tsv").exists()
+    assert run("list", data_dir / "tree", tmp_path / "a" / "b" / "c" / "d", "-q").exit_code == 0
+    assert (tmp_path / "a" / "b" / "c" / "d.lst").exists()
+
+
+def test_files_left_out_by_extension_are_counted(tmp_path):
+    """A class folder of WebP files must not vanish without a word."""
+    layout = [f"jpg/{i}.jpg" for i in range(2)] + [f"webp/{i}.webp" for i in range(16)] + [f"svg/{i}.svg" for i in range(9)]
+    root = make_tree(tmp_path / "img", layout + ["notes.txt", "jpg/.hidden.webp"])
+    result = run("list", root, tmp_path / "d")
+    assert result.exit_code == 0
+    assert result.stderr == "skipped 26 files: 16 .webp, 9 .svg, 1 .txt; add .webp to --exts (--exts .jpeg,.jpg,.png,.webp) to list WebP too\n"
+    result = run("list", root, tmp_path / "e", "--exts", ".jpeg,.jpg,.png,.webp", "-q")
+    assert result.exit_code == 0 and result.stderr == "skipped 10 files: 9 .svg, 1 .txt\n"
+    assert len(read_lst(tmp_path / "e.lst")) == 18
+    result = run("list", root, tmp_path / "f", "--exts", ".svg,.webp,.jpg,.txt", "-q")
+    assert result.exit_code == 0 and result.stderr == ""
+
+
+def test_skipped_extensions_several_formats_and_none(tmp_path):
+    root = make_tree(tmp_path / "img", ["a/1.JPG", "a/2.TIF", "a/3.tiff", "a/4.bmp", "a/README", "a/5.gif"])
+    result = run("list", root, tmp_path / "d", "-q")
+    assert result.stderr == (
+        "skipped 5 files: 1 (no extension), 1 .bmp, 1 .gif, 1 .tif, 1 .tiff; "
+        "add .bmp .gif .tif .tiff to --exts (--exts .jpeg,.jpg,.png,.bmp,.gif,.tif,.tiff) to list BMP, GIF and TIFF too\n"
+    )
 
 
 def test_scan_is_sorted_like_os_walk(data_dir):

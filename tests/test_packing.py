@@ -204,3 +204,18 @@ def test_help_shows_examples():
     result = run("pack", "--help")
     assert "im2rec pack image.lst root out.rec --resize 256 --label-width 4" in result.output
     assert "Exit status" in result.output
+
+
+def test_output_folders_are_created(data_dir, tmp_path):
+    golden = data_dir / "im2rec_pack_pass"
+    out = tmp_path / "new" / "deeper" / "all.rec"
+    result = run("pack", golden / "all.lst", data_dir / "tree", out, "--pass-through", "--stats", tmp_path / "stats" / "s.json")
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes() == (golden / "all.rec").read_bytes()
+    assert (tmp_path / "stats" / "s.json").exists()
+
+
+def test_no_folder_is_created_when_the_list_is_refused(tmp_path, data_dir):
+    (tmp_path / "bad.lst").write_text("0\t1.0\n")
+    result = run("pack", tmp_path / "bad.lst", data_dir / "tree", tmp_path / "new" / "out.rec")
+    assert result.exit_code == 1 and not (tmp_path / "new").exists()

@@ -47,6 +47,8 @@ def test_parts_run_one_by_one_then_merged(job, tmp_path):
     assert result.exit_code == 0, result.output
     assert result.stdout == f"merged 3 parts into {tmp_path / 'out.rec'}: 69 records, {(tmp_path / 'out.rec').stat().st_size / 1e6:,.1f} MB\n"
     same_as_whole(tmp_path / "out.rec", d)
+    assert run("merge", tmp_path / "new" / "out.rec", *parts, "-q").exit_code == 0  # a new output folder
+    same_as_whole(tmp_path / "new" / "out.rec", d)
 
 
 def test_part_names_and_slices():
@@ -164,3 +166,25 @@ def test_dask_failed_part_is_named_with_its_rerun_command(job, tmp_path):
     assert f"part 1: {tmp_path / 'dk-00001-of-00002.rec'} exists: pass --overwrite to replace it; rerun it alone with: im2rec pack" in proc.stderr
     assert "--num-parts 2 --part-index 1" in proc.stderr
     assert (tmp_path / "dk-00000-of-00002.rec").exists() and not (tmp_path / "dk.rec").exists()
+
+
+def test_dask_default_parts_into_a_new_folder(job, tmp_path):
+    """The README's form: no --num-parts (4 parts per worker, one per 100 images), an output folder that does not exist yet."""
+    pytest.importorskip("distributed")
+    lst, root, d = job
+    entries = read_lst(lst)
+    big = [ListEntry(r * 10_000 + e.index, e.labels, e.path) for r in range(5) for e in entries]  # 350 lines: 3 parts
+    write_lst(tmp_path / "big.lst", big)
+    assert run("pack", tmp_path / "big.lst", root, tmp_path / "local.rec", "--pass-through", "-q").exit_code == 0
+    out = tmp_path / "new" / "folder" / "dk.rec"
+    proc = subprocess.run(
+        [sys.executable, "-m", "im2rec", "pack", tmp_path / "big.lst", root, out, "--pass-through", "--dask", "local", "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "with 3 Dask tasks on 2 workers" in proc.stdout
+    assert sorted(p.name for p in out.parent.iterdir()) == ["dk.failed.tsv", "dk.idx", "dk.rec"]
+    for ext in ("rec", "idx", "failed.tsv"):
+        assert (out.parent / f"dk.{ext}").read_bytes() == (tmp_path / f"local.{ext}").read_bytes(), ext
