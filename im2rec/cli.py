@@ -196,6 +196,7 @@ def _raise_terminated(signum, frame):
 @click.option("--max-pixels", type=click.IntRange(min=1), default=image.DEFAULT_MAX_PIXELS, show_default=True, help="Skip images with more pixels than this, read from the header before decoding (decompression bombs).")
 @click.option("--pack-label", is_flag=True, help="Store every label of a line that has several (flag = label count), as im2rec.py.")
 @click.option("--label-width", type=click.IntRange(min=1), default=None, help="Require exactly N labels on every line and store them all (for ImageRecordIter(label_width=N) and DALI).")
+@click.option("--allow-outside-root", is_flag=True, help="Accept list paths that are absolute or climb out of ROOT with '..' (refused by default: a list from elsewhere could pull any readable file into the .rec).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Worker processes [default: every core].")
 @click.option("--strict", is_flag=True, help="Exit with status 1 if any image failed (the outputs are still written).")
 @click.option("--max-errors", type=click.IntRange(min=0), default=None, help="Stop with status 1 as soon as more than N images have failed.")
@@ -209,7 +210,7 @@ def _raise_terminated(signum, frame):
 @click.option("--no-merge", is_flag=True, help="With --dask: keep the parts, do not merge them.")
 @quiet_option
 @translate_errors
-def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, pass_through, inter_method, full_decode, max_pixels, pack_label, label_width, workers, strict, max_errors, overwrite, resume, stats_path, num_parts, part_index, shard_size, dask_address, no_merge, quiet):
+def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, pass_through, inter_method, full_decode, max_pixels, pack_label, label_width, allow_outside_root, workers, strict, max_errors, overwrite, resume, stats_path, num_parts, part_index, shard_size, dask_address, no_merge, quiet):
     """Pack the images of LIST (paths relative to ROOT) into OUT.rec and OUT.idx.
 
     OUT defaults to LIST with .rec. Each record holds the list index as its id and
@@ -274,6 +275,7 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
         num_parts=num_parts,
         part_index=part_index,
         shard_size=shard_size,
+        allow_outside_root=allow_outside_root,
     )
     if dask_address is not None:
         _pack_with_dask(lst, root, out, options, dask_address, num_parts if num_parts > 1 else None, not no_merge, strict, quiet)

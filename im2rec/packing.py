@@ -99,6 +99,9 @@ class PackOptions:
             the current one past this many bytes, and list them in ``OUT.shards.json``.
         in_process: encode in this process instead of a worker pool (for callers that
             are themselves worker processes, such as Dask tasks).
+        allow_outside_root: accept list paths that are absolute or climb out of ROOT
+            with ``..`` (refused by default: a list from elsewhere could otherwise pull
+            any readable file of the machine into the ``.rec``).
     """
 
     image: ImageOptions = field(default_factory=ImageOptions)
@@ -112,6 +115,7 @@ class PackOptions:
     part_index: Optional[int] = None
     shard_size: Optional[int] = None
     in_process: bool = False
+    allow_outside_root: bool = False
 
     def __post_init__(self) -> None:
         if self.label_width is not None and self.label_width < 1:
@@ -245,8 +249,18 @@ def _label_of(labels: Tuple[float, ...], opts: PackOptions) -> Union[float, Tupl
     return labels[0]
 
 
+def leaves_root(path: str) -> bool:
+    """Whether a list path is absolute or climbs above its root with ``..`` (``a/../b`` does not)."""
+    if os.path.isabs(path):
+        return True
+    if ".." not in path:  # the common case, decided without normalising
+        return False
+    norm = os.path.normpath(path)
+    return norm == os.pardir or norm.startswith(os.pardir + os.sep)
+
+
 def check_list(lst: str, opts: PackOptions) -> ListCheck:
-    """Read the whole list once: syntax, unique indices, label counts.
+    """Read the whole list once: syntax, unique indices, label counts, paths that leave ROOT.
 
     Memory: 16 bytes per line (the indices and line numbers), whatever the paths.
 
@@ -256,7 +270,13 @@ def check_list(lst: str, opts: PackOptions) -> ListCheck:
     indices = array("Q")
     lines = array("Q")
     extra = 0
+    outside: List[Tuple[int, str]] = []  # (line, path), the first few
+    outside_count = 0
     for lineno, entry in iter_lst(lst):
+        if not opts.allow_outside_root and leaves_root(entry.path):
+            outside_count += 1
+            if len(outside) < 3:
+                outside.append((lineno, entry.path))
         n = len(entry.labels)
         if opts.label_width is not None and n != opts.label_width:
             raise ListFormatError(
@@ -267,6 +287,14 @@ def check_list(lst: str, opts: PackOptions) -> ListCheck:
             extra += 1
         indices.append(entry.index)
         lines.append(lineno)
+    if outside:
+        lineno, path = outside[0]
+        more = f" (and {outside_count - 1:,} more line{'s' if outside_count > 2 else ''}, e.g. line {outside[1][0]})" if outside_count > 1 else ""
+        raise ListFormatError(
+            f"{lst}:{lineno}: the path {path!r} is {'absolute' if os.path.isabs(path) else 'outside ROOT (it climbs out with ..)'}{more}; "
+            f"list paths must be relative to ROOT and stay under it. Fix the list, or pass --allow-outside-root "
+            f"if it was written with such paths on purpose"
+        )
     if not indices:
         raise ListFormatError(f"{lst}: the list has no entries")
     idx = np.frombuffer(indices, dtype=np.uint64)

@@ -209,6 +209,31 @@ def test_bad_list_stops_before_any_image(tmp_path, text, message):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["img", "l.lst"]
 
 
+def test_paths_leaving_root_are_refused_before_anything_is_read(tmp_path, data_dir):
+    """A list from elsewhere must not pull files from outside ROOT into the .rec."""
+    root = tmp_path / "img"
+    for sub in ("sub", "x"):
+        (root / sub).mkdir(parents=True)
+    (root / "a.jpg").write_bytes(jpeg_bytes())
+    secret = tmp_path / "secret.jpg"
+    secret.write_bytes(jpeg_bytes(seed=1))
+    (tmp_path / "l.lst").write_text(f"0\t0\ta.jpg\n1\t0\tsub/../a.jpg\n2\t0\t../secret.jpg\n3\t0\t{secret}\n4\t0\tx/../../secret.jpg\n")
+    result = run("pack", tmp_path / "l.lst", root, tmp_path / "out" / "o.rec", "--pass-through")
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"Error: {tmp_path / 'l.lst'}:3: the path '../secret.jpg' is outside ROOT (it climbs out with ..) (and 2 more lines, e.g. line 4); "
+        "list paths must be relative to ROOT and stay under it. Fix the list, or pass --allow-outside-root if it was written with such paths on purpose\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["img", "l.lst", "secret.jpg"]
+    (tmp_path / "abs.lst").write_text(f"7\t0\t{secret}\n")
+    result = run("pack", tmp_path / "abs.lst", root, tmp_path / "o.rec")
+    assert result.exit_code == 1 and f"abs.lst:1: the path '{secret}' is absolute; list paths" in result.stderr
+    result = run("pack", tmp_path / "l.lst", root, tmp_path / "o.rec", "--pass-through", "--allow-outside-root", "-q")
+    assert result.exit_code == 0, result.output
+    with recordio.RecordReader(tmp_path / "o.rec", tmp_path / "o.idx") as r:
+        assert [recordio.unpack(r.read(k))[1] == secret.read_bytes() for k in r.keys()] == [False, False, True, True, True]
+
+
 # --------------------------------------------------------------------------- interrupts, kills, full disks
 
 
