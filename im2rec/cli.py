@@ -460,18 +460,44 @@ def extract_command(rec, outdir, flat, overwrite, quiet):
 
 
 @main.command("index")
-@rec_argument
+@click.argument("recs", metavar="REC...", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--idx", "idx_path", type=click.Path(dir_okay=False), default=None, help="Where to write [default: REC with .idx].")
+@click.option("--combined", "combined_path", metavar="OUT.idx", type=click.Path(dir_okay=False), default=None, help="Write one .idx for all the RECs read as one, in the given order: what DALI's fn.readers.mxnet needs for several .rec files (its offsets count across them).")
 @click.option("--keys", type=click.Choice(["id", "counter"]), default="id", show_default=True, help="id: each record's header id (im2rec.py's keys); counter: 0, 1, 2, ... (DALI's rec2idx).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing .idx.")
 @quiet_option
 @translate_errors
-def index_command(rec, idx_path, keys, overwrite, quiet):
-    """Rebuild the .idx of REC by a sequential scan.
+def index_command(recs, idx_path, combined_path, keys, overwrite, quiet):
+    """Rebuild the .idx of REC by a sequential scan, or write the combined .idx of several.
 
     A damaged record is reported and skipped (exit status 1 at the end); the
     records after it are indexed.
+
+    With --combined, each REC's entries come from its own .idx (or a scan when it
+    has none), their offsets shifted by the sizes of the RECs before it. DALI
+    takes one index_path for all its path files; given a single shard's .idx it
+    silently reads that shard alone.
+
+    \b
+    Examples:
+      im2rec index train.rec --overwrite                 # rebuild train.idx
+      im2rec index train.rec --keys counter --idx dali.idx
+      im2rec index --combined out.combined.idx out-00000.rec out-00001.rec out-00002.rec
     """
+    if combined_path is not None:
+        if idx_path is not None:
+            raise click.UsageError("--idx and --combined both name the output: give one")
+        result = inspection.combined_index(list(recs), combined_path, keys=keys, overwrite=overwrite)
+        for problem in result.problems:
+            click.echo(str(problem), err=True)
+        if not quiet:
+            click.echo(f"{result.idx}: {plural(result.entries, 'entry', 'entries')} for {plural(len(recs), 'file')}")
+        if result.problems:
+            sys.exit(1)
+        return
+    if len(recs) > 1:
+        raise click.UsageError(f"{len(recs)} files given: index one REC at a time, or all of them as one with --combined OUT.idx")
+    rec = recs[0]
     result = inspection.rebuild_index(rec, idx_path, keys=keys, overwrite=overwrite)
     _print_problems(rec, result.problems)
     if not quiet:

@@ -7,12 +7,13 @@ record head, as dmlc's readers resynchronise.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from .image import ImageOptions, decode, image_format, image_info
 from .lst import ListEntry, format_label, write_lst
 from .recordio import IRHEADER_SIZE, MAGIC, RecordIndex, RecordReader, read_index, unpack
 
-__all__ = ["Problem", "inspect_rec", "verify_rec", "extract_rec", "rebuild_index"]
+__all__ = ["Problem", "inspect_rec", "verify_rec", "extract_rec", "rebuild_index", "combined_index"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class Problem:
     offset: Optional[int]
     key: Any
     message: str
+    file: Optional[str] = None  # named when a report covers several files
 
     def __str__(self) -> str:
         where = []
@@ -40,7 +42,8 @@ class Problem:
             where.append(f"byte {self.offset}")
         if self.key is not None:
             where.append(f"key {self.key}")
-        return f"{', '.join(where)}: {self.message}" if where else self.message
+        text = f"{', '.join(where)}: {self.message}" if where else self.message
+        return f"{self.file}: {text}" if self.file else text
 
 
 def _open(rec: str, with_idx: bool = True) -> Tuple[RecordReader, Optional[RecordIndex]]:
@@ -405,31 +408,99 @@ def rebuild_index(rec: str, idx: Optional[str] = None, keys: str = "id", overwri
         Im2recError: the ``.idx`` exists without ``overwrite``, or a record has no
             IRHeader to take a key from (use ``keys="counter"``).
     """
+    idx = idx or idx_path_of(rec)
+    _check_index_args(idx, keys, overwrite)
+    result = IndexResult(idx)
+    reader, _ = _open(rec, with_idx=False)
+    with reader:
+        entries = _scan_entries(reader, keys, result.problems)
+    _write_index(idx, entries)
+    result.entries = len(entries)
+    return result
+
+
+def _check_index_args(idx: str, keys: str, overwrite: bool) -> None:
     if keys not in ("id", "counter"):
         raise ValueError(f"keys must be 'id' or 'counter', got {keys!r}")
-    idx = idx or idx_path_of(rec)
     if os.path.exists(idx) and not overwrite:
         raise Im2recError(f"{idx} exists: pass --overwrite to replace it")
-    reader, _ = _open(rec, with_idx=False)
-    result = IndexResult(idx)
-    lines = []
+
+
+def _scan_entries(reader: RecordReader, keys: str, problems: List[Problem], first_key: int = 0) -> List[Tuple[Any, int]]:
+    """(key, offset) of every record found by a sequential scan; damage is skipped and reported."""
+    entries: List[Tuple[Any, int]] = []
     for offset, _length, nxt, error in reader.walk():
         if error is not None:
-            result.problems.append(Problem(offset, None, f"{_reason(error, reader.path)}; skipped to the next record at byte {nxt}"))
+            problems.append(Problem(offset, None, f"{_reason(error, reader.path)}; skipped to the next record at byte {nxt}"))
             continue
         if keys == "counter":
-            key: Any = len(lines)
+            key: Any = first_key + len(entries)
         else:
             head = reader.head_at(offset, IRHEADER_SIZE)
             if len(head) < IRHEADER_SIZE:
                 raise Im2recError(
-                    f"{rec}: the record at byte {offset} is {len(head)} bytes, too short for an IRHeader to "
+                    f"{reader.path}: the record at byte {offset} is {len(head)} bytes, too short for an IRHeader to "
                     f"take a key from: use --keys counter"
                 )
             key = int.from_bytes(head[8:16], "little")
-        lines.append(f"{key}\t{offset}\n")
+        entries.append((key, offset))
+    return entries
+
+
+def _write_index(idx: str, entries: Sequence[Tuple[Any, int]]) -> None:
     with atomic_open(idx, "w", encoding="ascii", newline="\n") as f:
-        f.writelines(lines)
-    result.entries = len(lines)
-    reader.close()
+        f.writelines(f"{key}\t{offset}\n" for key, offset in entries)
+
+
+def combined_index(recs: Sequence[str], idx: str, keys: str = "id", overwrite: bool = False) -> IndexResult:
+    """Write one ``.idx`` for several ``.rec`` files read as one, as DALI's ``fn.readers.mxnet`` wants it.
+
+    DALI takes a list of ``.rec`` files (``path``) but exactly one ``index_path``, whose
+    offsets count across the files concatenated in ``path`` order: an entry of the
+    k-th file is its offset there plus the sizes of the files before it. Given only
+    the first shard's own ``.idx``, DALI silently reads that shard alone.
+
+    Args:
+        recs: the ``.rec`` files, in the order they will be given to DALI's ``path``.
+        idx: the combined ``.idx`` to write.
+        keys: ``"id"`` keeps each shard's keys (from its ``.idx``, or its headers' ids
+            when it has none); ``"counter"`` numbers the records 0, 1, 2... across all
+            files (DALI ignores the keys).
+        overwrite: replace an existing ``idx``.
+
+    Returns:
+        An IndexResult; damaged records of a shard scanned without its ``.idx`` are
+        in ``problems``, with offsets in that shard.
+
+    Raises:
+        Im2recError: a file is missing, a size is not a multiple of 4 (DALI and MXNet
+            reject such files), a shard's ``.idx`` does not match it, or ``idx`` exists
+            without ``overwrite``.
+    """
+    _check_index_args(idx, keys, overwrite)
+    if not recs:
+        raise Im2recError("--combined needs at least one .rec")
+    result = IndexResult(idx)
+    entries: List[Tuple[Any, int]] = []
+    base = 0
+    for rec in recs:
+        if not os.path.isfile(rec):
+            raise Im2recError(f"{rec}: no such file")
+        size = os.path.getsize(rec)
+        if size % 4:
+            raise Im2recError(f"{rec}: {size:,} bytes is not a multiple of 4: DALI and MXNet refuse such a file")
+        own = idx_path_of(rec)
+        if os.path.exists(own):
+            index = read_index(own)
+            index.validate(size, rec)
+            found = list(zip(index.key_list if keys == "id" else range(len(entries), len(entries) + len(index)), index.offsets.tolist()))
+        else:
+            problems: List[Problem] = []
+            with RecordReader(rec) as reader:
+                found = _scan_entries(reader, keys, problems, len(entries))
+            result.problems += [dataclasses.replace(p, file=rec) for p in problems]
+        entries += [(key, offset + base) for key, offset in found]
+        base += size
+    _write_index(idx, entries)
+    result.entries = len(entries)
     return result

@@ -145,7 +145,7 @@ def test_insightface_required(packed):
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_pytorch_dataloader_with_two_workers(packed, context):
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'im2rec[torch]')")
     rec, entries = packed
     ds = RecordDataset(rec)
     loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context=context, shuffle=False)

@@ -1,12 +1,14 @@
 """Scale out: parts, merge, size-limited shards, and Dask."""
 
 import json
+import struct
 import subprocess
 import sys
 
 import pytest
 from click.testing import CliRunner
 
+from im2rec import recordio
 from im2rec.cli import main
 from im2rec.dataset import RecordDataset
 from im2rec.lst import ListEntry, read_lst, write_lst
@@ -188,3 +190,54 @@ def test_dask_default_parts_into_a_new_folder(job, tmp_path):
     assert sorted(p.name for p in out.parent.iterdir()) == ["dk.failed.tsv", "dk.idx", "dk.rec"]
     for ext in ("rec", "idx", "failed.tsv"):
         assert (out.parent / f"dk.{ext}").read_bytes() == (tmp_path / f"local.{ext}").read_bytes(), ext
+
+
+def dali_samples(recs, idx):
+    """What DALI's fn.readers.mxnet reads: offsets sorted, global over the files concatenated in order
+    (RecordIOLoader::ReadIndexFile), each sample the first record of its byte range."""
+    blob = b"".join(r.read_bytes() for r in recs)
+    offsets = sorted(int(line.split()[1]) for line in idx.read_text().splitlines())
+    ends = offsets[1:] + [len(blob)]
+    out = []
+    for start, end in zip(offsets, ends):
+        magic, lrec = struct.unpack_from("<II", blob, start)
+        assert magic == 0xCED7230A and lrec >> 29 == 0, start  # one whole record at each offset
+        out.append(blob[start + 8 : start + 8 + (lrec & ((1 << 29) - 1))])
+        assert end - start >= 8 + (lrec & ((1 << 29) - 1))
+    return out
+
+
+def test_combined_index_for_dali_over_shards(job, tmp_path):
+    lst, root, _ = job
+    assert run("pack", lst, root, tmp_path / "s.rec", "--pass-through", "--shard-size", "150KB", "-q").exit_code == 0
+    shards = sorted(tmp_path.glob("s-*.rec"))
+    assert len(shards) >= 3
+    result = run("index", "--combined", tmp_path / "dali" / "s.idx", *shards)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"{tmp_path / 'dali' / 's.idx'}: 69 entries for {len(shards)} files\n"
+    expected = []
+    for shard in shards:
+        with recordio.RecordReader(shard, shard.with_suffix(".idx")) as r:
+            expected += [bytes(r.read(k)) for k in r.keys()]
+    assert dali_samples(shards, tmp_path / "dali" / "s.idx") == expected
+    keys = [int(line.split("\t")[0]) for line in (tmp_path / "dali" / "s.idx").read_text().splitlines()]
+    assert keys == [int(line.split("\t")[0]) for s in shards for line in s.with_suffix(".idx").read_text().splitlines()]
+    # the first shard's own .idx is what DALI would silently read alone
+    assert len(dali_samples(shards[:1], shards[0].with_suffix(".idx"))) < 69
+
+    # a shard without its .idx is scanned; counter keys number across the files
+    shards[1].with_suffix(".idx").unlink()
+    result = run("index", "--combined", tmp_path / "c.idx", *shards, "--keys", "counter", "-q")
+    assert result.exit_code == 0, result.output
+    assert dali_samples(shards, tmp_path / "c.idx") == expected
+    assert [int(line.split("\t")[0]) for line in (tmp_path / "c.idx").read_text().splitlines()] == list(range(69))
+    result = run("index", "--combined", tmp_path / "c.idx", *shards)
+    assert result.exit_code == 1 and result.stderr == f"Error: {tmp_path / 'c.idx'} exists: pass --overwrite to replace it\n"
+
+
+def test_index_of_several_files_needs_combined(job, tmp_path):
+    result = run("index", tmp_path / "whole.rec", tmp_path / "whole.rec")
+    assert result.exit_code == 2  # the path check fires first: tmp_path has no whole.rec
+    _, _, d = job
+    result = run("index", d / "whole.rec", d / "whole.rec")
+    assert result.exit_code == 2 and "Error: 2 files given: index one REC at a time, or all of them as one with --combined OUT.idx" in result.stderr
