@@ -402,6 +402,12 @@ def inspect_command(rec, as_json, sample):
         w, h = sample_["width"], sample_["height"]
         dims = f"; width {w['min']}-{w['max']} (median {w['median']:.0f}), height {h['min']}-{h['max']} (median {h['median']:.0f})" if w else ""
         click.echo(f"  sample of {sample_['records']}: {formats}{dims}")
+    if report["multi_part_records"]:
+        click.echo(f"  multi-part records: {report['multi_part_records']:,} (an aligned magic word in the payload, escaped)")
+    for line in report["header_split"][:20]:
+        click.echo(f"warning: {rec}: {line}", err=True)
+    if len(report["header_split"]) > 20:
+        click.echo(f"warning: {rec}: ... and {len(report['header_split']) - 20:,} more records split inside their header", err=True)
     if report["damaged"]:
         click.echo(f"  damaged: {len(report['damaged'])} record(s) skipped", err=False)
         for line in report["damaged"][:20]:
@@ -421,14 +427,21 @@ def verify_command(rec, decode_images, quiet):
     record missing from the .idx, and with --decode every image decodable. Each
     problem is printed on stderr with its byte offset and key.
 
+    Records split inside their header (a header word or label equal to the
+    RecordIO magic) are valid and MXNet reads them, but DALI cannot: each is
+    printed as a warning, which does not change the exit status.
+
     \b
-    Exit status: 0 if clean, 1 if any problem was found.
+    Exit status: 0 if clean (warnings allowed), 1 if any problem was found.
     """
     report = inspection.verify_rec(rec, decode_images)
     _print_problems(rec, report.problems)
+    _print_problems(f"warning: {rec}", report.warnings)
     if not quiet:
         decoded = f", {report.decoded:,} images decoded" if decode_images else ""
-        click.echo(f"{rec}: {report.records:,} records{decoded}, {plural(len(report.problems), 'problem')}")
+        multi = f" ({report.multi_part:,} multi-part)" if report.multi_part else ""
+        warned = f", {plural(len(report.warnings), 'warning')}" if report.warnings else ""
+        click.echo(f"{rec}: {report.records:,} records{multi}{decoded}, {plural(len(report.problems), 'problem')}{warned}")
     if report.problems:
         sys.exit(1)
 

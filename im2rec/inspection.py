@@ -22,7 +22,7 @@ from .errors import HeaderError, Im2recError, ImageError, RecordIOError
 from .fsutil import atomic_open
 from .image import ImageOptions, decode, image_format, image_info
 from .lst import ListEntry, format_label, write_lst
-from .recordio import IRHEADER_SIZE, MAGIC, RecordIndex, RecordReader, read_index, unpack
+from .recordio import IRHEADER_SIZE, MAGIC, RecordIndex, RecordReader, read_index, splits_header, unpack
 
 __all__ = ["Problem", "inspect_rec", "verify_rec", "extract_rec", "rebuild_index", "combined_index"]
 
@@ -72,16 +72,30 @@ def _reason(error: Exception, path: str) -> str:
     return text[len(path) + 2 :] if text.startswith(path + ": ") else text
 
 
-def _read_header(reader: RecordReader, offset: int) -> Tuple[Any, int]:
-    """(IRHeader with labels, payload length) of the record at ``offset``."""
-    length = reader.extent(offset)[0]
+def _read_header(reader: RecordReader, offset: int) -> Tuple[Any, int, List[Tuple[int, int, int]]]:
+    """(IRHeader with labels, payload length, parts as ``RecordReader.parts``) of the record at ``offset``."""
+    parts = reader.parts(offset)
+    length = sum(n for _, _, n in parts) + 4 * (len(parts) - 1)
     head = reader.head_at(offset, IRHEADER_SIZE)
     if len(head) < IRHEADER_SIZE:
         raise HeaderError(f"record of {len(head)} bytes is too short for an IRHeader")
     flag = int.from_bytes(head[:4], "little")
     if flag:
         head = reader.head_at(offset, IRHEADER_SIZE + 4 * flag)
-    return unpack(head)[0], length
+    return unpack(head)[0], length, parts
+
+
+def _splits_header(reader: RecordReader, offset: int) -> bool:
+    """Whether the multi-part record at ``offset`` is split inside its header (see ``recordio.splits_header``)."""
+    first = reader.parts(offset)[0][2]
+    head = reader.head_at(offset, 4)
+    return first < 4 or splits_header(first, int.from_bytes(head, "little"))
+
+
+HEADER_SPLIT_WARNING = (
+    "the record is split inside its header (a header word or label equals the RecordIO magic 0xCED7230A): "
+    "MXNet reads it, DALI's fn.readers.mxnet cannot"
+)
 
 
 def _stats(values: List[int]) -> Dict[str, float]:
@@ -113,14 +127,20 @@ def inspect_rec(rec: str, sample: int = 200, seed: int = 0) -> Dict[str, Any]:
     scalar: Counter = Counter()
     widths: Counter = Counter()
     images: List[Tuple[Any, int, int]] = []  # (key, offset, flag)
+    multi_part = 0
+    header_split: List[Problem] = []
     for key, offset in entries:
         if image_keys is not None and key not in image_keys:
             continue
         try:
-            header, length = _read_header(reader, offset)
+            header, length, parts = _read_header(reader, offset)
         except (RecordIOError, HeaderError) as e:
             problems.append(Problem(offset, key, _reason(e, reader.path)))
             continue
+        if len(parts) > 1:
+            multi_part += 1
+            if splits_header(parts[0][2], header.flag):
+                header_split.append(Problem(offset, key, HEADER_SPLIT_WARNING))
         sizes.append(length)
         if header.flag:
             widths[header.flag] += 1
@@ -162,6 +182,8 @@ def inspect_rec(rec: str, sample: int = 200, seed: int = 0) -> Dict[str, Any]:
             "height": _stats([h for _, h in dims]),
         },
         "insightface": None,
+        "multi_part_records": multi_part,
+        "header_split": [str(p) for p in header_split],
         "damaged": [str(p) for p in problems],
     }
     if face:
@@ -186,7 +208,9 @@ class VerifyReport:
     idx: Optional[str]
     records: int = 0
     decoded: int = 0
+    multi_part: int = 0  # records in several parts (an aligned magic in the payload)
     problems: List[Problem] = field(default_factory=list)
+    warnings: List[Problem] = field(default_factory=list)  # readable by MXNet, not by every consumer
 
 
 _SCAN_CHUNK = 16 << 20  # bytes of the file compared at once when looking for stray record heads
@@ -222,6 +246,9 @@ def verify_rec(rec: str, decode_images: bool = False) -> VerifyReport:
             parts.append(offset)
         else:  # several parts: each header is legitimate
             parts.extend(p for p, _, _ in reader.parts(offset))
+            report.multi_part += 1
+            if _splits_header(reader, offset):
+                report.warnings.append(Problem(offset, None, HEADER_SPLIT_WARNING))
     report.records = len(heads)
     heads_arr = np.array(heads, dtype=np.int64)
     for stray in _stray_heads(reader, np.array(parts, dtype=np.int64)):
@@ -259,7 +286,10 @@ def verify_rec(rec: str, decode_images: bool = False) -> VerifyReport:
                 report.decoded += 1
             except (HeaderError, ImageError, RecordIOError) as e:
                 problems.append(Problem(offset, key, f"image not decodable: {_reason(e, rec)}"))
-    report.problems = [Problem(p.offset, keys_at[p.offset], p.message) if p.key is None and p.offset in keys_at else p for p in problems]
+    def with_keys(found: List[Problem]) -> List[Problem]:
+        return [dataclasses.replace(p, key=keys_at[p.offset]) if p.key is None and p.offset in keys_at else p for p in found]
+
+    report.problems, report.warnings = with_keys(problems), with_keys(report.warnings)
     reader.close()
     return report
 

@@ -182,6 +182,7 @@ class PackSummary:
     already_complete: bool = False  # resume=True found the outputs finished
     manifest: Optional[str] = None  # with shard_size: the manifest, and the shards
     shards: List[str] = field(default_factory=list)
+    header_split: List[int] = field(default_factory=list)  # keys of records split inside their header
 
     @property
     def failed(self) -> int:
@@ -420,6 +421,8 @@ def _write(
         if result.framed is not None:
             written(writer.write_framed_idx(task.index, result.framed) + len(result.framed))
             summary.packed += 1
+            if result.framed[7] >> 5 == 1 and recordio.framed_splits_header(result.framed):  # byte 7: the cflag bits
+                summary.header_split.append(task.index)
         else:
             failed.write(f"{task.index}\t{_tsv_field(task.path)}\t{result.kind}: {_tsv_field(result.reason)}\n")
             failed.flush()  # before any later record reaches the disk, so that --resume keeps it
@@ -587,6 +590,16 @@ def pack(
         _pack_sharded(lst, root, opts, progress, summary)
     else:
         _pack_single(lst, root, opts, progress, summary, start, stop)
+    if summary.header_split:
+        keys = ", ".join(map(str, summary.header_split[:10])) + (", ..." if len(summary.header_split) > 10 else "")
+        log.warning(
+            "%s: %d record(s) split inside their header, because an index or label equals the RecordIO magic "
+            "0xCED7230A (keys %s): MXNet reads them, DALI's fn.readers.mxnet cannot; change those indices or labels "
+            "if DALI will read this file",
+            out.rec,
+            len(summary.header_split),
+            keys,
+        )
     summary.complete = True
     summary.seconds = time.perf_counter() - started
     return summary

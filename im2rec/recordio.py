@@ -303,6 +303,27 @@ def frame(payload: bytes) -> bytes:
     return b"".join(_frame_parts(payload))
 
 
+def splits_header(first_part_length: int, flag: int) -> bool:
+    """Whether a record whose first part holds ``first_part_length`` bytes is split inside
+    its IRHeader or labels (``flag`` float32 labels after the 24-byte header).
+
+    That happens when a header word (flag, label, an id half) or a label equals the
+    magic ``0xCED7230A``: the writer escapes it as it escapes any aligned magic, and
+    MXNet writes the same bytes and reads them back. DALI's ``fn.readers.mxnet`` reads
+    the 24-byte header straight after the first part header, and fails on such records.
+    """
+    return first_part_length < IRHEADER_SIZE + 4 * flag
+
+
+def framed_splits_header(framed: bytes) -> bool:
+    """``splits_header`` for a record as ``frame`` returns it (cheap unless it is multi-part)."""
+    lrec = int.from_bytes(framed[4:8], "little")
+    if lrec >> 29 != 1:
+        return False
+    length = lrec & _LENGTH_MASK
+    return length < 4 or splits_header(length, int.from_bytes(framed[8:12], "little"))
+
+
 def _as_payload(buf: Any) -> bytes:
     if isinstance(buf, (bytes, bytearray)):
         return buf

@@ -237,3 +237,49 @@ def test_index_and_extract_into_new_folders(golden_copy, tmp_path):
     assert (tmp_path / "new" / "a.idx").read_bytes() == golden_copy.with_suffix(".idx").read_bytes()
     assert run("extract", golden_copy, tmp_path / "x" / "y", "-q").exit_code == 0
     assert (tmp_path / "x" / "y" / "all.lst").exists()
+
+
+# --------------------------------------------------------------------------- records DALI cannot read
+
+
+def test_records_split_inside_their_header_are_warned_about(tmp_path, data_dir):
+    """An index whose low 32 bits, or a label whose float32 bits, equal the magic: MXNet's writer splits
+    the record inside its IRHeader; DALI's parser reads the header right after the first part and fails."""
+    magic_label = struct.unpack("<f", struct.pack("<I", recordio.MAGIC))[0]
+    lst = tmp_path / "m.lst"
+    lst.write_text(f"0\t1.000000\tcats/cats_0.jpg\n{recordio.MAGIC}\t2.000000\tcats/cats_1.jpg\n5\t{magic_label:f}\tdogs/dogs_0.jpg\n")
+    result = run("pack", lst, data_dir / "tree", tmp_path / "m.rec", "--pass-through", "-q")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (
+        f"warning: {tmp_path / 'm.rec'}: 2 record(s) split inside their header, because an index or label equals the "
+        f"RecordIO magic 0xCED7230A (keys {recordio.MAGIC}, 5): MXNet reads them, DALI's fn.readers.mxnet cannot; "
+        "change those indices or labels if DALI will read this file\n"
+    )
+    with recordio.RecordReader(tmp_path / "m.rec", tmp_path / "m.idx") as r:  # they read back exactly
+        assert [recordio.unpack(r.read(k))[0] for k in r.keys()] == [
+            recordio.IRHeader(0, 1.0, 0, 0), recordio.IRHeader(0, 2.0, recordio.MAGIC, 0), recordio.IRHeader(0, magic_label, 5, 0)
+        ]
+        offsets = [r.index.offset(k) for k in r.keys()]
+    result = run("verify", tmp_path / "m.rec")
+    assert result.exit_code == 0
+    assert result.stdout == f"{tmp_path / 'm.rec'}: 3 records (2 multi-part), 0 problems, 2 warnings\n"
+    split = "the record is split inside its header (a header word or label equals the RecordIO magic 0xCED7230A): MXNet reads it, DALI's fn.readers.mxnet cannot"
+    assert result.stderr == (
+        f"warning: {tmp_path / 'm.rec'}: byte {offsets[1]}, key {recordio.MAGIC}: {split}\n"
+        f"warning: {tmp_path / 'm.rec'}: byte {offsets[2]}, key 5: {split}\n"
+    )
+    result = run("inspect", tmp_path / "m.rec")
+    assert result.exit_code == 0
+    assert "  multi-part records: 2 (an aligned magic word in the payload, escaped)\n" in result.stdout
+    assert result.stderr == f"warning: {tmp_path / 'm.rec'}: byte {offsets[1]}, key {recordio.MAGIC}: {split}\nwarning: {tmp_path / 'm.rec'}: byte {offsets[2]}, key 5: {split}\n"
+    report = json.loads(run("inspect", tmp_path / "m.rec", "--json").stdout)
+    assert report["multi_part_records"] == 2 and len(report["header_split"]) == 2
+
+
+def test_a_magic_word_in_the_image_is_multi_part_but_not_header_split(tmp_path):
+    payload = b"\x00" * 8 + struct.pack("<I", recordio.MAGIC) + b"tail"
+    rec = tmp_path / "p.rec"
+    with recordio.MXIndexedRecordIO(str(tmp_path / "p.idx"), str(rec), "w") as w:
+        w.write_idx(0, recordio.pack(recordio.IRHeader(0, 1.0, 0, 0), payload))
+    result = run("verify", rec)
+    assert result.exit_code == 0 and result.stdout == f"{rec}: 1 records (1 multi-part), 0 problems\n" and result.stderr == ""

@@ -603,3 +603,20 @@ def test_format_core_imports_no_click_cv2_tqdm():
     code = "import sys, im2rec, im2rec.recordio; print(sorted(m for m in ('click', 'cv2', 'tqdm') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("word", range(6))
+def test_framed_splits_header_for_every_header_word(word):
+    head = bytearray(recordio.pack(recordio.IRHeader(2, [1.0, 2.0], 7, 9), b"image"))
+    words = list(struct.unpack_from("<8I", head))
+    words[word] = recordio.MAGIC  # word 0: a flag equal to the magic
+    struct.pack_into("<8I", head, 0, *words)
+    assert recordio.framed_splits_header(recordio.frame(bytes(head)))
+
+
+def test_framed_splits_header_on_labels_not_on_the_image():
+    labels = recordio.pack(recordio.IRHeader(2, [1.0, struct.unpack("<f", struct.pack("<I", recordio.MAGIC))[0]], 7, 0), b"")
+    assert recordio.framed_splits_header(recordio.frame(labels + b"abcd"))
+    plain = recordio.pack(recordio.IRHeader(2, [1.0, 2.0], 7, 0), struct.pack("<I", recordio.MAGIC))
+    assert not recordio.framed_splits_header(recordio.frame(plain))
+    assert not recordio.framed_splits_header(recordio.frame(b"x" * 40))
