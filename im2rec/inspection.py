@@ -46,7 +46,7 @@ class Problem:
         return f"{self.file}: {text}" if self.file else text
 
 
-def _open(rec: str, with_idx: bool = True) -> Tuple[RecordReader, Optional[RecordIndex]]:
+def open_rec(rec: str, with_idx: bool = True) -> Tuple[RecordReader, Optional[RecordIndex]]:
     if not os.path.exists(rec):
         raise Im2recError(f"{rec}: no such file")
     idx = idx_path_of(rec)
@@ -54,7 +54,7 @@ def _open(rec: str, with_idx: bool = True) -> Tuple[RecordReader, Optional[Recor
     return reader, reader.index
 
 
-def _entries(reader: RecordReader, problems: List[Problem]) -> Iterator[Tuple[Any, int]]:
+def record_entries(reader: RecordReader, problems: List[Problem]) -> Iterator[Tuple[Any, int]]:
     """(key or None, offset) of every record: from the .idx in line order, else a walk of the file."""
     if reader.index is not None:
         yield from zip(reader.index.keys(), reader.index.offsets.tolist())
@@ -118,9 +118,9 @@ def inspect_rec(rec: str, sample: int = 200, seed: int = 0) -> Dict[str, Any]:
     Returns:
         A JSON-serialisable dict; ``damaged`` lists the records that could not be read.
     """
-    reader, index = _open(rec)
+    reader, index = open_rec(rec)
     problems: List[Problem] = []
-    entries = list(_entries(reader, problems))
+    entries = list(record_entries(reader, problems))
     face = insightface_header(reader) if index is not None else None
     image_keys = set(range(1, face[0])) if face else None
     sizes: List[int] = []
@@ -163,7 +163,7 @@ def inspect_rec(rec: str, sample: int = 200, seed: int = 0) -> Dict[str, Any]:
     labels: Dict[str, Any] = {"scalar_records": sum(scalar.values()), "multi_label_records": sum(widths.values())}
     if scalar:
         labels["classes"] = len(scalar)
-        labels["per_class"] = {_label_name(k): v for k, v in sorted(scalar.items())[:1000]}
+        labels["per_class"] = {label_name(k): v for k, v in sorted(scalar.items())[:1000]}
         labels["per_class_min_max"] = [min(scalar.values()), max(scalar.values())]
     if widths:
         labels["widths"] = {str(k): v for k, v in sorted(widths.items())}
@@ -192,7 +192,7 @@ def inspect_rec(rec: str, sample: int = 200, seed: int = 0) -> Dict[str, Any]:
     return report
 
 
-def _label_name(label: float) -> str:
+def label_name(label: float) -> str:
     """A label as a folder or JSON key: ``3`` for 3.0, ``0.5`` for 0.5."""
     return str(int(label)) if float(label).is_integer() else format_label(label)
 
@@ -375,14 +375,14 @@ def extract_rec(rec: str, outdir: str, flat: bool = False, overwrite: bool = Fal
     Raises:
         Im2recError: ``rec`` is missing, or a file would be overwritten without ``overwrite``.
     """
-    reader, index = _open(rec)
+    reader, index = open_rec(rec)
     os.makedirs(outdir, exist_ok=True)
     result = ExtractResult(os.path.join(outdir, os.path.splitext(os.path.basename(rec))[0] + ".lst"))
     if os.path.exists(result.lst) and not overwrite:
         raise Im2recError(f"{result.lst} exists: pass --overwrite to replace it")
     face = insightface_header(reader) if index is not None else None
     entries: List[ListEntry] = []
-    for key, offset in _entries(reader, result.problems):
+    for key, offset in record_entries(reader, result.problems):
         if face and not (isinstance(key, int) and 1 <= key < face[0]):
             continue
         try:
@@ -397,7 +397,7 @@ def extract_rec(rec: str, outdir: str, flat: bool = False, overwrite: bool = Fal
         result.label_widths[header.flag] += 1
         fmt = image_format(bytes(body[:16]))
         name = f"{key}{_EXTENSIONS.get(fmt or '', '.bin')}"
-        rel = name if flat else f"{_label_name(labels[0])}/{name}"
+        rel = name if flat else f"{label_name(labels[0])}/{name}"
         path = os.path.join(outdir, rel)
         if os.path.exists(path) and not overwrite:
             raise Im2recError(f"{path} exists: pass --overwrite to replace it")
@@ -441,7 +441,7 @@ def rebuild_index(rec: str, idx: Optional[str] = None, keys: str = "id", overwri
     idx = idx or idx_path_of(rec)
     _check_index_args(idx, keys, overwrite)
     result = IndexResult(idx)
-    reader, _ = _open(rec, with_idx=False)
+    reader, _ = open_rec(rec, with_idx=False)
     with reader:
         entries = _scan_entries(reader, keys, result.problems)
     _write_index(idx, entries)

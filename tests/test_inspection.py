@@ -283,3 +283,77 @@ def test_a_magic_word_in_the_image_is_multi_part_but_not_header_split(tmp_path):
         w.write_idx(0, recordio.pack(recordio.IRHeader(0, 1.0, 0, 0), payload))
     result = run("verify", rec)
     assert result.exit_code == 0 and result.stdout == f"{rec}: 1 records (1 multi-part), 0 problems\n" and result.stderr == ""
+
+
+# --------------------------------------------------------------------------- contact sheet
+
+
+@pytest.fixture
+def listed_and_packed(tmp_path, data_dir):
+    """The golden tree listed (train/val) and its train list packed at --resize 48, beside ds.classes.tsv."""
+    assert run("list", data_dir / "tree", tmp_path / "ds", "--train-ratio", "0.5", "-q").exit_code == 0
+    assert run("pack", tmp_path / "ds_train.lst", data_dir / "tree", "--resize", "48", "-q").exit_code == 0
+    return tmp_path / "ds_train.rec"
+
+
+def tile_at(sheet, i, columns, tile):
+    from im2rec.sheet import CAPTION, PAD
+
+    x, y = PAD + (i % columns) * (tile + PAD), PAD + (i // columns) * (tile + CAPTION + PAD)
+    return sheet[y : y + tile, x : x + tile], sheet[y + tile : y + tile + CAPTION, x : x + tile]
+
+
+def test_contact_sheet_size_tiles_and_class_captions(listed_and_packed, tmp_path):
+    rec = listed_and_packed
+    result = run("inspect", rec, "--grid", tmp_path / "sheets" / "s.png", "--samples", "5", "--tile-size", "64")
+    assert result.exit_code == 0, result.output
+    assert f"  contact sheet: {tmp_path / 'sheets' / 's.png'} (5 records, 3x2, captions from {tmp_path / 'ds.classes.tsv'})\n" in result.stdout
+    sheet = cv2.imread(str(tmp_path / "sheets" / "s.png"))
+    assert sheet.shape == (4 + 2 * (64 + 18 + 4), 4 + 3 * (64 + 4), 3)
+    for i in range(5):
+        image, caption = tile_at(sheet, i, 3, 64)
+        assert image.std() > 10 and (caption > 150).any()  # a picture, and a caption
+    assert not (tile_at(sheet, 5, 3, 64)[0] != 40).any()  # the sixth cell stays empty
+    report = json.loads(run("inspect", rec, "--grid", tmp_path / "j.jpg", "--samples", "100", "--json").stdout)
+    assert report["grid"] == {"path": str(tmp_path / "j.jpg"), "tiles": 7, "columns": 3, "rows": 3, "classes": str(tmp_path / "ds.classes.tsv"), "marked": []}
+    again = tmp_path / "again.jpg"
+    run("inspect", rec, "--grid", again, "--samples", "100")
+    assert again.read_bytes() == (tmp_path / "j.jpg").read_bytes()  # the same seed draws the same sheet
+
+
+def test_contact_sheet_captions_use_folder_names(listed_and_packed, tmp_path):
+    from im2rec.sheet import _caption, find_classes, read_classes
+
+    rec = listed_and_packed
+    assert find_classes(str(rec)) == str(tmp_path / "ds.classes.tsv")
+    assert find_classes(str(tmp_path / "ds_0_train-00001-of-00004.rec")) == str(tmp_path / "ds.classes.tsv")
+    assert find_classes(str(tmp_path / "other.rec")) is None
+    names = read_classes(str(tmp_path / "ds.classes.tsv"))
+    assert set(names.values()) == {".", "cats", "dogs", "zebra"}
+    assert _caption(12, [names and [k for k, v in names.items() if v == "cats"][0]], names) == "12: cats"
+    assert _caption(3, [7.0, 1.0, 2.0], {}) == "3: 7 +2"
+
+
+def test_contact_sheet_marks_damaged_and_non_image_records(tmp_path, data_dir):
+    rec = tmp_path / "m.rec"
+    with recordio.MXIndexedRecordIO(str(tmp_path / "m.idx"), str(rec), "w") as w:
+        good = (data_dir / "tree" / "cats" / "cats_0.jpg").read_bytes()
+        w.write_idx(0, recordio.pack(recordio.IRHeader(0, 1.0, 0, 0), good))
+        w.write_idx(1, recordio.pack(recordio.IRHeader(0, 2.0, 1, 0), b"not an image at all"))
+        w.write_idx(2, recordio.pack(recordio.IRHeader(0, 3.0, 2, 0), good[: len(good) // 3]))
+        w.write_idx(3, recordio.pack(recordio.IRHeader(0, 4.0, 3, 0), good))
+    damage(rec, offsets(rec)[3])  # record 3's magic
+    result = run("inspect", rec, "--grid", tmp_path / "s.png", "--tile-size", "32")
+    assert result.exit_code == 0, result.output
+    assert "(4 records, 2x2, 3 marked)" in result.stdout
+    marks = [line for line in result.stderr.splitlines() if "no image" in line or "damaged record" in line]
+    assert [m.split(": ", 2)[1] for m in marks] == [f"byte {offsets(rec)[1]}, key 1", f"byte {offsets(rec)[2]}, key 2", f"byte {offsets(rec)[3]}, key 3"]
+    sheet = cv2.imread(str(tmp_path / "s.png"))
+    red = [(tile_at(sheet, i, 2, 32)[0][..., 2] > 150).mean() > 0.5 for i in range(4)]
+    assert red == [False, True, True, True]
+
+
+def test_contact_sheet_bad_extension(golden_copy, tmp_path):
+    result = run("inspect", golden_copy, "--grid", tmp_path / "s.xyz")
+    assert result.exit_code == 1 and result.stderr == f"Error: {tmp_path / 's.xyz'}: OpenCV cannot write a .xyz image; use .jpg or .png\n"
+    assert not (tmp_path / "s.xyz").exists()
