@@ -2,8 +2,8 @@
 
     python benchmarks/bench_read.py [--corpus DIR] [--rounds 5] [--index-entries 1000000]
 
-1. Packs the raw JPEG bytes of the 5,000-image corpus (../shared/tools/make_corpus.py
-   --classes 100 --per-class 50) into bench.rec/.idx with the core writer.
+1. Packs the raw JPEG bytes of the 5,000-image corpus (`python -m im2rec.synthetic
+   --classes 100 --per-class 50`, built on first use) into bench.rec/.idx with the core writer.
 2. Random reads: MXIndexedRecordIO.read_idx over shuffled keys, against a naive
    reader that does what MXNet does (seek, read the 8-byte part header, read the payload).
 3. Sequential iteration over every record, against the same naive reader.

@@ -4,32 +4,31 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Callable, List, Tuple
 
+from im2rec.synthetic import CorpusSpec, make_corpus
+
 ROOT = Path(__file__).resolve().parent.parent
-MAKE_CORPUS = ROOT.parent / "shared" / "tools" / "make_corpus.py"
 CACHE = Path(os.environ.get("IM2REC_BENCH_CACHE", "/tmp/im2rec-bench"))
 
-# make_corpus.py arguments of each named corpus
+# The named corpora, built by the project's own generator (python -m im2rec.synthetic)
 CORPORA = {
-    "imagenet": ["--classes", "100", "--per-class", "50"],  # 5,000 images
-    "imagenet20k": ["--classes", "100", "--per-class", "200"],  # 20,000 images
-    "large": ["--size", "large", "--classes", "10", "--per-class", "20"],  # 200 phone-sized photos
+    "imagenet": CorpusSpec(classes=100, per_class=50),  # 5,000 images, shorter side 300-500 px
+    "imagenet20k": CorpusSpec(classes=100, per_class=200),  # 20,000 images
+    "large": CorpusSpec(classes=10, per_class=20, size="large"),  # 200 phone-sized photos
 }
 
 
 def corpus(name: str = "imagenet") -> Path:
-    """The folder of a benchmark corpus, built with ../shared/tools/make_corpus.py on first use."""
-    out = CACHE / name
+    """The folder of a benchmark corpus, generated on first use (deterministic: same spec, same pixels)."""
+    spec = CORPORA[name]
+    out = CACHE / f"{name}-synthetic-{spec.seed}"
     if not (out / ".complete").exists():
-        if not MAKE_CORPUS.exists():
-            sys.exit(f"cannot build the corpus: {MAKE_CORPUS} is missing (pass --corpus DIR)")
         print(f"building corpus {name} in {out} ...", file=sys.stderr)
-        subprocess.run([sys.executable, str(MAKE_CORPUS), str(out), *CORPORA[name]], check=True)
+        make_corpus(str(out), spec)
         (out / ".complete").touch()
     return out
 

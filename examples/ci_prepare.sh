@@ -4,13 +4,16 @@
 #
 #   IMAGES=/data/images OUT=artifacts bash examples/ci_prepare.sh
 #
+# Without IMAGES it builds a small synthetic folder to show the job end to end.
 # Exit status: that of the failing step (im2rec pack --strict exits 1 if any
 # image failed; its outputs and stats are still written for inspection).
 set -euo pipefail
 
-IMAGES=${IMAGES:?set IMAGES to the image folder (one sub-folder per class)}
 OUT=${OUT:-artifacts}
-mkdir -p "$OUT"
+if [ -z "${IMAGES:-}" ]; then
+  IMAGES="$OUT/demo-images"
+  python -m im2rec.synthetic "$IMAGES" --classes 5 --per-class 20
+fi
 
 # Deterministic lists: the same folder always gives the same lists and bytes.
 im2rec list "$IMAGES" "$OUT/data" --train-ratio 0.9 --stratify --seed 100 --quiet

@@ -1,6 +1,7 @@
 """Train a small classifier on a .rec with PyTorch: random access, transforms, 2 workers.
 
     pip install 'im2rec[torch]'
+    python -m im2rec.synthetic images/ --classes 10 --per-class 40   # or use your own folder
     im2rec list images/ data/train && im2rec pack data/train.lst images/ --resize 64
     python examples/train_pytorch.py data/train.rec --epochs 2
 
