@@ -307,6 +307,51 @@ def decode(data: bytes, opts: ImageOptions) -> np.ndarray:
     Raises:
         ImageError: the bytes are empty, not an image, truncated, corrupt or too large.
     """
+    return decode_sized(data, opts)[0]
+
+
+def _jpeg_orientation(data: bytes) -> int:
+    """The EXIF orientation (1-8) of a JPEG, 1 when it has none or it cannot be read."""
+    i, n = 2, len(data)
+    try:
+        while i + 4 <= n and data[i] == 0xFF:
+            marker, seglen = data[i + 1], (data[i + 2] << 8) | data[i + 3]
+            if marker == 0xDA:
+                return 1
+            if marker == 0xE1 and data[i + 4 : i + 10] == b"Exif\0\0":
+                tiff = i + 10
+                endian = "<" if data[tiff : tiff + 2] == b"II" else ">"
+                ifd = tiff + struct.unpack_from(endian + "I", data, tiff + 4)[0]
+                for e in range(struct.unpack_from(endian + "H", data, ifd)[0]):
+                    tag, _type, _count, value = struct.unpack_from(endian + "HHIH", data, ifd + 2 + 12 * e)
+                    if tag == 0x0112:
+                        return value if 1 <= value <= 8 else 1
+                return 1
+            i += 2 + seglen
+    except struct.error:
+        pass
+    return 1
+
+
+def _full_size(data: bytes, info: Tuple[str, int, int], factor: int, shape: Tuple[int, ...], color: int) -> Tuple[int, int]:
+    """(height, width) a full-size decode would have given, for an image decoded at 1/``factor``.
+
+    libjpeg rounds scaled sizes up, and imdecode applies the EXIF rotation (as a full
+    decode does): the decoded shape says which way, unless both ways round alike.
+    """
+    width, height = info[1], info[2]
+    straight = (-(-height // factor), -(-width // factor))
+    if straight[0] == straight[1] and height != width and color != -1:  # a square after scaling: ask EXIF
+        return (width, height) if _jpeg_orientation(data) in (5, 6, 7, 8) else (height, width)
+    return (height, width) if tuple(shape[:2]) == straight else (width, height)
+
+
+def decode_sized(data: bytes, opts: ImageOptions) -> Tuple[np.ndarray, Tuple[int, int]]:
+    """``decode``, and the (height, width) a full-size decode would have had.
+
+    ``crop_resize`` takes every size and crop from that full size, so that a reduced
+    decode gives exactly the output dimensions of a full one (im2rec.py's).
+    """
     cv2 = _cv2()
     info = _check_header(data, opts.max_pixels)
     factor = _reduction(info, opts)
@@ -324,25 +369,46 @@ def decode(data: bytes, opts: ImageOptions) -> np.ndarray:
     if info is None and img.shape[0] * img.shape[1] > opts.max_pixels:
         h, w = img.shape[:2]
         raise ImageError("too-large", f"{w}x{h} = {w * h:,} pixels is above --max-pixels {opts.max_pixels:,}")
-    return img
+    full = _full_size(data, info, factor, img.shape, opts.color) if factor > 1 and info else img.shape[:2]
+    return img, (int(full[0]), int(full[1]))
 
 
-def crop_resize(img: np.ndarray, opts: ImageOptions, index: int = 0) -> np.ndarray:
-    """im2rec.py's centre crop then resize (shorter edge = ``opts.resize``)."""
+def output_size(height: int, width: int, opts: ImageOptions) -> Tuple[int, int]:
+    """(width, height) of the stored image for a full-size image of ``height`` x ``width``:
+    im2rec.py's centre crop, then its integer resize rule."""
+    if opts.center_crop:
+        height = width = min(height, width)
+    if not opts.resize:
+        return width, height
+    n = opts.resize
+    return (n, height * n // width) if height > width else (width * n // height, n)
+
+
+def crop_resize(img: np.ndarray, opts: ImageOptions, index: int = 0, full: Optional[Tuple[int, int]] = None) -> np.ndarray:
+    """im2rec.py's centre crop then resize (shorter edge = ``opts.resize``).
+
+    Args:
+        img: the decoded image, at full size or reduced by libjpeg.
+        opts: the crop and resize options.
+        index: the record's index (seeds ``inter_method`` random).
+        full: (height, width) of the full-size image when ``img`` was decoded
+            reduced: sizes and the crop window are taken from it, so that the output
+            has exactly the dimensions a full decode gives.
+    """
     h, w = img.shape[:2]
+    full_h, full_w = full or (h, w)
     if opts.center_crop and h != w:
-        if h > w:
-            margin = (h - w) // 2
-            img = img[margin : margin + w]
-        else:
-            margin = (w - h) // 2
-            img = img[:, margin : margin + h]
+        # The crop window of the full image, in img's pixels (the same pixels when not reduced).
+        if full_h > full_w:
+            top = min(h - w, round((full_h - full_w) // 2 * h / full_h)) if (h, w) != (full_h, full_w) else (full_h - full_w) // 2
+            img = img[top : top + w]
+        elif full_w > full_h:
+            left = min(w - h, round((full_w - full_h) // 2 * w / full_w)) if (h, w) != (full_h, full_w) else (full_w - full_h) // 2
+            img = img[:, left : left + h]
         h, w = img.shape[:2]
-    if opts.resize:
-        n = opts.resize
-        size = (n, h * n // w) if h > w else (w * n // h, n)  # (width, height)
-        if size != (w, h):
-            img = _cv2().resize(img, size, interpolation=_interpolation(opts.inter_method, (w, h), size, index))
+    size = output_size(full_h, full_w, opts)
+    if size != (w, h):
+        img = _cv2().resize(img, size, interpolation=_interpolation(opts.inter_method, (w, h), size, index))
     return img
 
 
@@ -381,4 +447,5 @@ def transform(data: bytes, opts: ImageOptions, index: int = 0) -> bytes:
     if opts.pass_through:
         check_passthrough(data, opts.max_pixels)
         return data
-    return encode(crop_resize(decode(data, opts), opts, index), opts)
+    img, full = decode_sized(data, opts)
+    return encode(crop_resize(img, opts, index, full), opts)

@@ -157,3 +157,85 @@ def test_the_cli_starts_without_opencv():
 
     code = "import sys, im2rec.cli; print('cv2' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+# --------------------------------------------------------------------------- output sizes: exactly im2rec.py's
+
+
+def im2rec_py_size(h, w, resize, center_crop):
+    """(width, height) of tools/im2rec.py's output, its code transcribed (MXNet 1.9.1, image_encode)."""
+    if center_crop:
+        if h > w:
+            h = w
+        else:
+            w = h
+    if resize:
+        if h > w:
+            return resize, h * resize // w
+        return w * resize // h, resize
+    return w, h
+
+
+def with_exif_orientation(data, orientation):
+    """A JPEG with an APP1 Exif segment whose IFD0 holds only Orientation."""
+    tiff = b"II*\x00" + (8).to_bytes(4, "little") + (1).to_bytes(2, "little")
+    tiff += (0x0112).to_bytes(2, "little") + (3).to_bytes(2, "little") + (1).to_bytes(4, "little") + orientation.to_bytes(2, "little") + b"\0\0"
+    tiff += b"\0\0\0\0"
+    app1 = b"Exif\0\0" + tiff
+    return data[:2] + b"\xff\xe1" + (len(app1) + 2).to_bytes(2, "big") + app1 + data[2:]
+
+
+SIZES = [(128, 150), (672, 683), (683, 672), (97, 101), (331, 1009), (1009, 331), (257, 263), (800, 793), (793, 800), (8, 9), (1, 1), (1201, 1601)]
+
+
+@pytest.mark.parametrize("h,w", SIZES)
+def test_output_sizes_are_im2rec_py_s_for_every_decode_path(h, w):
+    data = jpeg(detailed(h, w))
+    for resize in (0, 1, 7, 32, 100, 224):
+        for center_crop in (False, True):
+            for reduced in (True, False):
+                opts = ImageOptions(resize=resize, center_crop=center_crop, reduced_decode=reduced)
+                out = decode(transform(data, opts))
+                assert out.shape[1::-1] == im2rec_py_size(h, w, resize, center_crop), (resize, center_crop, reduced)
+
+
+@pytest.mark.parametrize("orientation", [1, 3, 6, 8])
+@pytest.mark.parametrize("h,w", [(672, 683), (800, 793), (331, 1009)])
+def test_output_sizes_of_exif_rotated_jpegs(h, w, orientation):
+    """imdecode turns the image as cv2.imread does (im2rec.py's reader): sizes follow the turned image."""
+    data = with_exif_orientation(jpeg(detailed(h, w)), orientation)
+    th, tw = (w, h) if orientation in (6, 8) else (h, w)
+    assert decode(data, cv2.IMREAD_COLOR).shape[:2] == (th, tw)
+    for resize in (32, 100):
+        for center_crop in (False, True):
+            out = decode(transform(data, ImageOptions(resize=resize, center_crop=center_crop)))
+            assert out.shape[1::-1] == im2rec_py_size(th, tw, resize, center_crop), (resize, center_crop)
+
+
+def test_reduced_and_full_decode_crop_the_same_window():
+    """A centre crop of a reduced decode shows the same part of the picture as im2rec.py's full decode."""
+    img = detailed(600, 1000)
+    img[:, :200] = 0  # the left and right margins a centre crop cuts away
+    img[:, 800:] = 255
+    data = jpeg(img)
+    full = decode(transform(data, ImageOptions(resize=64, center_crop=True, reduced_decode=False)))
+    reduced = decode(transform(data, ImageOptions(resize=64, center_crop=True)))
+    assert full.shape == reduced.shape == (64, 64, 3)
+    assert np.abs(full.astype(int) - reduced).mean() < 12
+
+
+def test_golden_tree_at_resize_32_has_im2rec_py_sizes(data_dir, tmp_path):
+    from click.testing import CliRunner
+
+    from im2rec import recordio
+    from im2rec.cli import main
+    from im2rec.lst import read_lst
+
+    lst = data_dir / "im2rec" / "all.lst"
+    assert CliRunner().invoke(main, ["pack", str(lst), str(data_dir / "tree"), str(tmp_path / "r.rec"), "--resize", "32", "-q"]).exit_code == 0
+    paths = {e.index: e.path for e in read_lst(lst)}
+    with recordio.RecordReader(tmp_path / "r.rec", tmp_path / "r.idx") as r:
+        for key in r.keys():
+            source = cv2.imread(str(data_dir / "tree" / paths[key]), cv2.IMREAD_COLOR)
+            out = decode(recordio.unpack(r.read(key))[1])
+            assert out.shape[1::-1] == im2rec_py_size(*source.shape[:2], 32, False), paths[key]
