@@ -2,6 +2,12 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests check behaviour, not speed: on shared, noisy machines a per-example
+# deadline only makes them flaky.
+settings.register_profile("im2rec", deadline=None)
+settings.load_profile("im2rec")
 
 DATA = Path(__file__).parent / "data"
 

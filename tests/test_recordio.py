@@ -498,7 +498,7 @@ def fuzz_source(tmp_path_factory):
     return blob, open(idx, "rb").read(), spans
 
 
-@settings(max_examples=400, deadline=2000, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=400, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_fuzz_damaged_rec_and_idx(tmp_path, fuzz_source, data):
     """Truncations and byte flips give the right records or an Im2recError: never a crash or a hang."""
