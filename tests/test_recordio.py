@@ -523,9 +523,19 @@ def test_fuzz_damaged_rec_and_idx(tmp_path, fuzz_source, data):
         start, end = spans[i]
         return payload == FUZZ_PAYLOADS[i] or (target == "rec" and any(start <= p < end for p in damaged_at))
 
-    try:  # sequential: every record returned is right, until an error
-        for i, payload in enumerate(recordio.RecordReader(tmp_path / "f.rec")):
-            assert i < len(FUZZ_PAYLOADS) and intact(payload, i)
+    # Sequential: the records in order, until an error. From the first damaged record on, a
+    # record may come back wrong, and a corrupted length may swallow the records after it
+    # (the format has no checksum; MXNet's readers do the same). Nothing else may differ.
+    expected = 0
+    try:
+        for payload in recordio.RecordReader(tmp_path / "f.rec"):
+            assert expected < len(FUZZ_PAYLOADS)
+            if payload == FUZZ_PAYLOADS[expected]:
+                expected += 1
+                continue
+            assert target == "rec" and min(damaged_at) < spans[expected][1], (expected, payload)
+            later = [k for k in range(expected + 1, len(FUZZ_PAYLOADS)) if FUZZ_PAYLOADS[k] == payload]
+            expected = later[0] + 1 if later else expected + 1
     except Im2recError:
         pass
     try:
