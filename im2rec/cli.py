@@ -187,7 +187,7 @@ def _raise_terminated(signum, frame):
 @click.argument("out", required=False, type=click.Path(dir_okay=False))
 @click.option("--resize", type=click.IntRange(min=0), default=0, show_default=True, help="Resize so the shorter edge is N pixels (0: keep the size).")
 @click.option("--center-crop", is_flag=True, help="Crop the central square first.")
-@click.option("--quality", type=int, default=None, help="JPEG quality 1-100 [default: 95], or PNG compression 0-9 [default: 3].")
+@click.option("--quality", type=int, default=None, help="JPEG quality 1-100 [default: 95], or PNG compression 0-9 [default: 9: im2rec.py passes its quality 95, which OpenCV takes as 9].")
 @click.option("--encoding", type=click.Choice(image.ENCODINGS), default=".jpg", show_default=True, help="Encoding of the stored images.")
 @click.option("--color", type=click.Choice(["1", "0", "-1"]), default="1", show_default=True, help="1: colour, 0: gray, -1: unchanged (alpha and 16 bits kept, no EXIF rotation).")
 @click.option("--pass-through", is_flag=True, help="Store each file's bytes unchanged (no decode, resize or re-encode; cheap checks only).")

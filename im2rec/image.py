@@ -87,7 +87,8 @@ class ImageOptions:
     Attributes:
         resize: shorter edge in pixels after resizing; 0 keeps the size.
         center_crop: crop the central square first.
-        quality: JPEG quality 1-100 (default 95) or PNG compression 0-9 (default 3).
+        quality: JPEG quality 1-100 (default 95) or PNG compression 0-9 (default 9: im2rec.py
+            passes its quality 95 as the level, which OpenCV clamps to 9; the same bytes).
         encoding: ``.jpg`` or ``.png``.
         color: imdecode flag: 1 colour, 0 gray, -1 unchanged (alpha and 16 bits kept).
         inter_method: a code of INTER_METHODS (1, linear, as im2rec.py).
@@ -126,7 +127,7 @@ class ImageOptions:
         cv2 = _cv2()
         if self.encoding == ".jpg":
             return [cv2.IMWRITE_JPEG_QUALITY, 95 if self.quality is None else self.quality]
-        return [cv2.IMWRITE_PNG_COMPRESSION, 3 if self.quality is None else self.quality]
+        return [cv2.IMWRITE_PNG_COMPRESSION, 9 if self.quality is None else self.quality]
 
 
 # --------------------------------------------------------------------------- headers
