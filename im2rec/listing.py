@@ -23,7 +23,7 @@ from .errors import ListingError
 from .fsutil import commit, make_parents, remove_quietly, temp_path
 from .lst import ListEntry, unstorable_reason, write_lst
 
-__all__ = ["ListOptions", "ListResult", "Scan", "Skipped", "scan_images", "make_lists", "normalize_exts", "skipped_exts_line"]
+__all__ = ["ListOptions", "ListResult", "Scan", "Skipped", "scan_images", "make_lists", "list_names", "normalize_exts", "skipped_exts_line"]
 
 DEFAULT_EXTS = (".jpeg", ".jpg", ".png")  # im2rec.py's
 
@@ -58,6 +58,10 @@ class ListOptions:
     shuffle: bool = True
     seed: int = 100
     stratify: bool = False
+    #: im2rec.py's own rules, for ``im2rec-py``: hidden files and folders listed, ``exts``
+    #: matched as given (lower-case, with their dot), no class map file, and ratios that sum
+    #: above 1 accepted (the train list then gets what the test list leaves).
+    legacy: bool = False
 
     def validate(self) -> None:
         """Raise ListingError for ratios outside [0, 1], ratios summing above 1, or chunks < 1."""
@@ -65,7 +69,7 @@ class ListOptions:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ListingError(f"--{name.replace('_', '-')} must be between 0 and 1, got {value}")
-        if self.train_ratio + self.test_ratio > 1.0 + 1e-9:
+        if self.train_ratio + self.test_ratio > 1.0 + 1e-9 and not self.legacy:
             raise ListingError(
                 f"--train-ratio {self.train_ratio} and --test-ratio {self.test_ratio} sum to more than 1"
             )
@@ -136,14 +140,15 @@ def _sorted_entries(path: str, skipped: List[Skipped]) -> List[os.DirEntry]:
         return []
 
 
-def scan_images(root: str, exts: Sequence[str], recursive: bool) -> Scan:
+def scan_images(root: str, exts: Sequence[str], recursive: bool, hidden: bool = False) -> Scan:
     """Find the images under ``root`` in im2rec.py's order and give each folder its label.
 
     Folders and files are visited in sorted name order, depth first, the root's own
     files first; a folder gets the next label when its first image is found.
     Symlinked folders are followed, except one leading back to a folder being
-    walked (a loop). Hidden names (a leading dot) are skipped silently; paths that
-    a ``.lst`` cannot hold are reported in ``skipped``.
+    walked (a loop). Hidden names (a leading dot) are skipped silently unless
+    ``hidden`` (im2rec.py lists them); paths that a ``.lst`` cannot hold are
+    reported in ``skipped``.
     """
     exts = tuple(exts)
     entries: List[ListEntry] = []
@@ -156,7 +161,7 @@ def scan_images(root: str, exts: Sequence[str], recursive: bool) -> Scan:
         subdirs = []
         for e in _sorted_entries(path, skipped):
             name = e.name
-            if name.startswith("."):
+            if name.startswith(".") and not hidden:
                 continue
             try:
                 is_file = e.is_file()
@@ -264,6 +269,11 @@ def _planned_lists(prefix: str, entries: List[ListEntry], opts: ListOptions) -> 
     return out
 
 
+def list_names(prefix: str, options: ListOptions) -> List[str]:
+    """The ``.lst`` files ``make_lists`` writes for ``prefix`` and ``options``, in writing order."""
+    return [path for path, _ in _planned_lists(prefix, [], options)]
+
+
 def make_lists(root: str, prefix: str, options: ListOptions = ListOptions()) -> ListResult:
     """Walk ``root`` and write the ``.lst`` files of ``prefix`` and ``PREFIX.classes.tsv``.
 
@@ -284,15 +294,15 @@ def make_lists(root: str, prefix: str, options: ListOptions = ListOptions()) -> 
         raise ListingError(f"{root}: no such folder")
     if not os.path.isdir(root):
         raise ListingError(f"{root}: not a folder")
-    exts = normalize_exts(options.exts)
-    scan = scan_images(root, exts, options.recursive)
+    exts = tuple(options.exts) if options.legacy else normalize_exts(options.exts)
+    scan = scan_images(root, exts, options.recursive, hidden=options.legacy)
     if not scan.entries:
         where = "in it or its sub-folders" if options.recursive else "directly in it (try --recursive)"
         others = skipped_exts_line(scan.other_exts, exts)
         raise ListingError(f"{root}: no image with extension {' '.join(exts)} {where}" + (f" ({others})" if others else ""))
     entries = scan.entries
     planned = _planned_lists(prefix, entries, options)
-    classes_path = prefix + ".classes.tsv"
+    classes_path = None if options.legacy else prefix + ".classes.tsv"
     result = ListResult(classes=scan.classes, classes_path=classes_path, skipped=scan.skipped, images=len(entries), other_exts=scan.other_exts)
 
     tmps: List[Tuple[Path, str]] = []
@@ -302,10 +312,11 @@ def make_lists(root: str, prefix: str, options: ListOptions = ListOptions()) -> 
             tmp = temp_path(path)
             tmps.append((tmp, path))
             result.lists[path] = write_lst(tmp, items)
-        tmp = temp_path(classes_path)
-        tmps.append((tmp, classes_path))
-        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-            f.writelines(f"{label}\t{folder}\n" for label, folder in scan.classes)
+        if classes_path is not None:
+            tmp = temp_path(classes_path)
+            tmps.append((tmp, classes_path))
+            with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+                f.writelines(f"{label}\t{folder}\n" for label, folder in scan.classes)
         for tmp, path in tmps:
             commit(tmp, path)
     except OSError as e:
