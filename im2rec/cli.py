@@ -37,7 +37,11 @@ def translate_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="im2rec")
 def main() -> None:
-    """Build and read MXNet RecordIO image datasets (.rec, .idx, .lst) without MXNet."""
+    """Build and read MXNet RecordIO image datasets (.rec, .idx, .lst) without MXNet.
+
+    MXNet's `python im2rec.py PREFIX ROOT ...` command line works unchanged as
+    `im2rec-py PREFIX ROOT ...`.
+    """
     _log_to_stderr()
 
 

@@ -141,6 +141,10 @@ def _encode(args: Tuple[CorpusSpec, int, int, str, str]) -> int:
     return len(buf)
 
 
+def _one_thread() -> None:
+    _cv2().setNumThreads(1)  # one process per core: OpenCV's own threads would only contend
+
+
 def make_corpus(out_dir: str, spec: CorpusSpec = CorpusSpec(), workers: Optional[int] = None) -> Tuple[int, int]:
     """Write the corpus of ``spec`` under ``out_dir``, skipping images already there.
 
@@ -153,7 +157,7 @@ def make_corpus(out_dir: str, spec: CorpusSpec = CorpusSpec(), workers: Optional
     if workers == 1 or len(todo) < 8:
         sizes = [_encode(t) for t in todo]
     else:
-        with ProcessPoolExecutor(workers) as pool:
+        with ProcessPoolExecutor(workers, initializer=_one_thread) as pool:
             sizes = list(pool.map(_encode, todo, chunksize=16))
     return len(sizes), sum(sizes)
 
