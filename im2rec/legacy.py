@@ -238,10 +238,10 @@ def pack_lists(args: argparse.Namespace) -> List[packing.PackSummary]:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """The ``im2rec-py`` console script: exit 0 on success, 1 on an error, 2 for usage errors."""
     args = parse_args(argv)
-    if not any(isinstance(h, _StderrHandler) for h in log.handlers):
-        log.addHandler(_StderrHandler())
-        log.setLevel(logging.WARNING)
-        log.propagate = False
+    handler, propagate = _StderrHandler(), log.propagate
+    log.addHandler(handler)  # for this run only: a caller's own logging set-up is left as it was
+    log.setLevel(logging.WARNING)
+    log.propagate = False
     try:
         if args.list:
             make_list(args)
@@ -253,6 +253,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     except KeyboardInterrupt:
         print("Error: interrupted; outputs are written whole or not at all", file=sys.stderr)
         sys.exit(130)
+    finally:
+        log.removeHandler(handler)
+        log.propagate = propagate
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ OpenCV build that encodes them.)
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -157,7 +158,9 @@ def make_corpus(out_dir: str, spec: CorpusSpec = CorpusSpec(), workers: Optional
     if workers == 1 or len(todo) < 8:
         sizes = [_encode(t) for t in todo]
     else:
-        with ProcessPoolExecutor(workers, initializer=_one_thread) as pool:
+        # Spawned, not forked: a fork of a process that has used OpenCV's thread pool can hang.
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_one_thread) as pool:
             sizes = list(pool.map(_encode, todo, chunksize=16))
     return len(sizes), sum(sizes)
 

@@ -29,6 +29,8 @@ def test_same_spec_same_pixels_and_classes_differ():
 
 def test_corpus_folder_is_deterministic_and_photo_sized(tmp_path):
     spec = CorpusSpec(classes=2, per_class=6, seed=1)
+    cv2.setNumThreads(2)  # this process has used OpenCV's thread pool: its workers must not be forked from it
+    cv2.resize(np.zeros((2000, 2000, 3), np.uint8), (999, 999), interpolation=cv2.INTER_AREA)
     assert make_corpus(str(tmp_path / "a"), spec, workers=2)[0] == 12
     assert make_corpus(str(tmp_path / "b"), spec, workers=1)[0] == 12
     files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*.jpg"))
