@@ -31,6 +31,10 @@ def __getattr__(name: str):
         from .dataset import RecordDataset
 
         return RecordDataset
+    if name == "VerificationPairs":
+        from .verification import VerificationPairs
+
+        return VerificationPairs
     raise AttributeError(f"module 'im2rec' has no attribute {name!r}")
 
 __all__ = [
@@ -41,6 +45,7 @@ __all__ = [
     "RecordDataset",
     "RecordReader",
     "RecordWriter",
+    "VerificationPairs",
     "pack",
     "pack_img",
     "recordio",

@@ -10,13 +10,14 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import signal
 import sys
 from typing import Any, Callable
 
 import click
 
-from . import __version__, image, inspection, listing, shards
+from . import __version__, faces, image, inspection, listing, shards, verification
 from . import packing
 from .errors import Im2recError, TooManyFailures
 
@@ -200,6 +201,7 @@ def _raise_terminated(signum, frame):
 @click.option("--max-pixels", type=click.IntRange(min=1), default=image.DEFAULT_MAX_PIXELS, show_default=True, help="Skip images with more pixels than this, read from the header before decoding (decompression bombs).")
 @click.option("--pack-label", is_flag=True, help="Store every label of a line that has several (flag = label count), as im2rec.py.")
 @click.option("--label-width", type=click.IntRange(min=1), default=None, help="Require exactly N labels on every line and store them all (for ImageRecordIter(label_width=N) and DALI).")
+@click.option("--layout", type=click.Choice(["plain", "insightface"]), default="plain", show_default=True, help="plain: im2rec.py's (keys = list indices); insightface: face-recognition training sets as insightface's RecBuilder writes them (labels = integer identity ids; header and identity records, a property file).")
 @click.option("--allow-outside-root", is_flag=True, help="Accept list paths that are absolute or climb out of ROOT with '..' (refused by default: a list from elsewhere could pull any readable file into the .rec).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Worker processes [default: every core].")
 @click.option("--strict", is_flag=True, help="Exit with status 1 if any image failed (the outputs are still written).")
@@ -214,7 +216,7 @@ def _raise_terminated(signum, frame):
 @click.option("--no-merge", is_flag=True, help="With --dask: keep the parts, do not merge them.")
 @quiet_option
 @translate_errors
-def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, pass_through, inter_method, full_decode, max_pixels, pack_label, label_width, allow_outside_root, workers, strict, max_errors, overwrite, resume, stats_path, num_parts, part_index, shard_size, dask_address, no_merge, quiet):
+def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, pass_through, inter_method, full_decode, max_pixels, pack_label, label_width, layout, allow_outside_root, workers, strict, max_errors, overwrite, resume, stats_path, num_parts, part_index, shard_size, dask_address, no_merge, quiet):
     """Pack the images of LIST (paths relative to ROOT) into OUT.rec and OUT.idx.
 
     OUT defaults to LIST with .rec. Each record holds the list index as its id and
@@ -235,6 +237,7 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
       im2rec pack train.lst images/ out.rec --num-parts 8 --part-index 3   # one of 8 array jobs
       im2rec pack train.lst images/ out.rec --dask tcp://scheduler:8786    # on a Dask cluster
       im2rec pack train.lst images/ out.rec --shard-size 1GB               # out-00000.rec, ...
+      im2rec pack faces.lst faces/ out/train.rec --resize 112 --layout insightface
 
     \b
     Exit status:
@@ -268,6 +271,8 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
         raise click.UsageError("--shard-size cannot be combined with --part-index, --dask or --resume")
     if dask_address is not None and stats_path is not None:
         raise click.UsageError("--stats is written by single runs and parts, not yet by --dask")
+    if layout == "insightface" and (shard_size is not None or pack_label or (label_width or 1) > 1):
+        raise click.UsageError("--layout insightface has one identity label per image: no --shard-size, --pack-label or --label-width N")
     options = packing.PackOptions(
         image=image_options,
         pack_label=pack_label,
@@ -280,6 +285,7 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
         part_index=part_index,
         shard_size=shard_size,
         allow_outside_root=allow_outside_root,
+        layout=layout,
     )
     if dask_address is not None:
         _pack_with_dask(lst, root, out, options, dask_address, num_parts if num_parts > 1 else None, not no_merge, strict, quiet)
@@ -326,6 +332,8 @@ def _pack_with_dask(lst, root, out, options, address, num_parts, merge, strict, 
     failures = result.failures
     if not quiet:
         where = result.rec if result.merged else f"{result.num_parts} parts next to {result.rec}"
+        if result.identities is not None:
+            where += f", insightface layout with {result.identities:,} identities"
         failed = ", ".join(f"{n:,} {kind}" for kind, n in sorted(failures.items()))
         click.echo(
             f"packed {result.packed:,} of {result.images:,} images into {where} ({result.bytes / 1e6:,.1f} MB) "
@@ -339,10 +347,11 @@ def _pack_with_dask(lst, root, out, options, address, num_parts, merge, strict, 
 @main.command("merge")
 @click.argument("out", type=click.Path(dir_okay=False))
 @click.argument("parts", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--layout", type=click.Choice(["plain", "insightface"]), default="plain", show_default=True, help="insightface: the parts of a `pack --layout insightface` run; the merged images are laid out as one face set.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing OUT.")
 @quiet_option
 @translate_errors
-def merge_command(out, parts, overwrite, quiet):
+def merge_command(out, parts, layout, overwrite, quiet):
     """Concatenate PART.rec files into OUT.rec and rewrite the .idx offsets.
 
     Parts named OUT-0000I-of-0000N.rec (from `pack --num-parts N --part-index I`)
@@ -350,12 +359,87 @@ def merge_command(out, parts, overwrite, quiet):
     pack of the whole list. Their .failed.tsv files are joined too.
 
     \b
-    Example:
+    Examples:
       im2rec merge out.rec out-*-of-00008.rec
+      im2rec merge faces/train.rec faces/train-*-of-00004.rec --layout insightface
     """
+    if layout == "insightface":
+        for path in faces.insightface_outputs(out):
+            if os.path.exists(path) and not overwrite:
+                raise click.ClickException(f"{path} exists: pass --overwrite to replace it")
+        result = shards.merge_parts(packing.images_path(out), parts, overwrite=True)
+        laid = packing.lay_out_insightface(packing.images_path(out), out)
+        if not quiet:
+            click.echo(f"merged {len(result.parts)} parts into {out}: {laid.images:,} images of {laid.identities:,} identities (insightface layout), {laid.bytes / 1e6:,.1f} MB")
+        return
     result = shards.merge_parts(out, parts, overwrite=overwrite)
     if not quiet:
         click.echo(f"merged {len(result.parts)} parts into {out}: {result.records:,} records, {result.bytes / 1e6:,.1f} MB")
+
+
+@main.command("convert")
+@click.argument("inp", metavar="IN.rec", type=click.Path(exists=True, dir_okay=False))
+@click.argument("out", metavar="OUT.rec", type=click.Path(dir_okay=False))
+@click.option("--layout", type=click.Choice(["plain", "insightface"]), required=True, help="plain: images only, keys 0..N-1 (for DALI); insightface: RecBuilder's layout (integer labels).")
+@click.option("--shuffle", is_flag=True, help="plain: the images in a seeded random order, as insightface's shuffle_rec.py.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --shuffle (numpy's RandomState): --seed 0 gives shuffle_rec.py's order after np.random.seed(0).")
+@click.option("--overwrite", is_flag=True, help="Replace existing outputs.")
+@quiet_option
+@translate_errors
+def convert_command(inp, out, layout, shuffle, seed, overwrite, quiet):
+    """Rewrite the images of IN.rec in another layout, copying their bytes (never re-encoding).
+
+    Reads any layout: an insightface header at key 0 is detected, and the header
+    and identity records are dropped. --layout plain writes images only, keys
+    0..N-1, scalar labels, each record's id and id2 kept: what DALI's
+    fn.readers.mxnet and arcface_torch's DALI route need (insightface's
+    scripts/shuffle_rec.py). --layout insightface writes what insightface's
+    RecBuilder writes, from a plain, im2rec.py-style .rec with integer labels:
+    images grouped by identity as keys 1..N, identity records, header record 0,
+    and a property file next to OUT.rec.
+
+    \b
+    Examples:
+      im2rec convert faces_emore/train.rec dali/train.rec --layout plain --shuffle
+      im2rec convert imagenet_style.rec faces/train.rec --layout insightface
+    """
+    result = faces.convert(inp, out, layout, shuffle=shuffle, seed=seed, overwrite=overwrite)
+    _warn_sizes(result)
+    if not quiet:
+        click.echo(faces.summary_line(result))
+
+
+@main.command("combine")
+@click.argument("out", metavar="OUT.rec", type=click.Path(dir_okay=False))
+@click.argument("inputs", metavar="IN.rec...", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--labels", type=click.Choice(["offset", "keep"]), default="offset", show_default=True, help="offset: shift each input's labels past the previous inputs' classes, so identities never collide; keep: one label space shared by the inputs.")
+@click.option("--layout", type=click.Choice(["plain", "insightface"]), default=None, help="[default: insightface if every input is, else plain]")
+@click.option("--overwrite", is_flag=True, help="Replace existing outputs.")
+@quiet_option
+@translate_errors
+def combine_command(out, inputs, labels, layout, overwrite, quiet):
+    """One dataset from several different ones (unlike `merge`, which joins parts of one run).
+
+    The images of every input, in the given order, with keys renumbered and
+    payload bytes copied. insightface inputs lose their header and identity
+    records; an insightface output gets new ones. OUT.sources.tsv maps every
+    input's old labels to the new ones.
+
+    \b
+    Example:
+      im2rec combine all/train.rec ms1m/train.rec glint/train.rec my_faces/train.rec
+    """
+    result = faces.combine(out, list(inputs), labels=labels, layout=layout, overwrite=overwrite)
+    _warn_sizes(result)
+    if not quiet:
+        click.echo(faces.summary_line(result))
+        click.echo(f"label map: {result.sources} ({result.num_classes:,} classes)")
+
+
+def _warn_sizes(result) -> None:
+    if result.sizes_seen > 1:
+        h, w = result.size
+        click.echo(f"warning: the images have {result.sizes_seen} different sizes; {result.property} says the most common, {h}x{w}", err=True)
 
 
 def _print_problems(rec: str, problems, limit: int = 1000) -> None:
@@ -552,3 +636,58 @@ def index_command(recs, idx_path, combined_path, keys, overwrite, quiet):
         click.echo(f"{result.idx}: {plural(result.entries, 'entry', 'entries')}")
     if result.problems:
         sys.exit(1)
+
+
+@main.group("bin")
+def bin_group() -> None:
+    """insightface's .bin verification sets (lfw.bin, cfp_fp.bin, agedb_30.bin).
+
+    A .bin is a pickle; these commands never unpickle one with pickle.load: a
+    restricted reader accepts only images and bools and refuses a .bin that
+    would run code.
+    """
+
+
+@bin_group.command("extract")
+@click.argument("bin_path", metavar="FILE.bin", type=click.Path(exists=True, dir_okay=False))
+@click.argument("outdir", type=click.Path(file_okay=False))
+@click.option("--overwrite", is_flag=True, help="Replace files that exist.")
+@quiet_option
+@translate_errors
+def bin_extract_command(bin_path, outdir, overwrite, quiet):
+    """Write the images of FILE.bin with their original bytes, and OUTDIR/pairs.tsv.
+
+    Images are OUTDIR/00000.jpg, 00001.jpg, ... (pair i is images 2i and 2i+1);
+    pairs.tsv has one `left TAB right TAB issame` line per pair (issame 1 or 0),
+    which `im2rec bin build` reads back.
+
+    \b
+    Example:
+      im2rec bin extract faces_emore/lfw.bin lfw/
+    """
+    result = verification.extract_bin(bin_path, outdir, overwrite=overwrite)
+    if not quiet:
+        click.echo(f"extracted {result.images:,} images of {result.pairs:,} pairs ({result.same:,} same) to {outdir}; list {result.path}")
+
+
+@bin_group.command("build")
+@click.argument("pairs", metavar="PAIRS.tsv", type=click.Path(exists=True, dir_okay=False))
+@click.argument("root", type=click.Path(exists=True, file_okay=False))
+@click.argument("out", metavar="OUT.bin", type=click.Path(dir_okay=False))
+@click.option("--resize", type=_Parsed("WxH", verification.parse_size), default=None, help="Decode, resize to WIDTHxHEIGHT (e.g. 112x112) and re-encode every image as JPEG (default: the files' bytes).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing OUT.bin.")
+@quiet_option
+@translate_errors
+def bin_build_command(pairs, root, out, resize, overwrite, quiet):
+    """Write OUT.bin from PAIRS.tsv (`left TAB right TAB issame`, paths relative to ROOT).
+
+    The result is what insightface's load_bin reads unchanged: a pickle of
+    (images, issame) with the images as bytes (protocol 4).
+
+    \b
+    Example:
+      im2rec bin build my_pairs.tsv crops/ my_eval.bin --resize 112x112
+    """
+    result = verification.build_bin(pairs, root, out, resize=resize, overwrite=overwrite)
+    if not quiet:
+        click.echo(f"wrote {out}: {result.pairs:,} pairs ({result.same:,} same), {result.images:,} images")

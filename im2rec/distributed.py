@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional
 
 from .errors import Im2recError, PackError
+from .faces import insightface_outputs
 from .fsutil import remove_quietly
-from .packing import Outputs, PackOptions, PackSummary, check_list, make_output_folder, pack
+from .packing import Outputs, PackOptions, PackSummary, check_list, images_path, lay_out_insightface, make_output_folder, pack
 from .shards import merge_parts, part_path
 
 __all__ = ["pack_dask", "DaskSummary", "pack_part"]
@@ -48,6 +49,7 @@ class DaskSummary:
     merged: bool = False
     seconds: float = 0.0
     workers: int = 0
+    identities: Optional[int] = None  # insightface layout: identity records written
 
     @property
     def packed(self) -> int:
@@ -117,7 +119,8 @@ def pack_dask(
     started = time.perf_counter()
     out_rec = out_rec or os.path.splitext(lst)[0] + ".rec"
     if not options.overwrite and not options.resume:
-        for path in Outputs.for_rec(out_rec).finals:
+        finals = dict.fromkeys([*Outputs.for_rec(out_rec).finals, *(insightface_outputs(out_rec) if options.layout == "insightface" else [])])
+        for path in finals:
             if os.path.exists(path):
                 raise PackError(f"{path} exists: pass --overwrite to replace it")
     lines = check_list(lst, options).lines
@@ -154,7 +157,11 @@ def pack_dask(
         raise PackError(f"{len(summary.failed_parts)} of {n} parts failed; the others are kept\n" + "\n".join(lines_))
     if merge:
         parts = [part_path(out_rec, i, n) for i in range(n)]
-        merge_parts(out_rec, parts, overwrite=options.overwrite)
+        if options.layout == "insightface":  # parts hold the images plain; the whole is laid out once merged
+            merge_parts(images_path(out_rec), parts, overwrite=True)
+            summary.identities = lay_out_insightface(images_path(out_rec), out_rec).identities
+        else:
+            merge_parts(out_rec, parts, overwrite=options.overwrite)
         for p in parts:
             for path in Outputs.for_rec(p).finals:
                 remove_quietly(path)

@@ -101,3 +101,7 @@ class TooManyFailures(PackError):
 
 class WorkerError(Im2recError):
     """Worker processes cannot run at all (they die before doing any work)."""
+
+
+class BinFormatError(Im2recError):
+    """A ``.bin`` verification set is malformed, or is a pickle that would run code when loaded."""

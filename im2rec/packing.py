@@ -43,11 +43,11 @@ from typing import IO, Callable, Iterable, Iterator, List, NamedTuple, Optional,
 
 import numpy as np
 
-from . import __version__, recordio
+from . import __version__, faces, recordio
 from .errors import ImageError, ListFormatError, PackError, TooManyFailures
 from .fsutil import WriteBehind, commit, make_parents, remove_quietly
 from .image import ImageOptions, init_worker, transform
-from .lst import iter_lst
+from .lst import format_label, iter_lst
 from .pool import OrderedPool
 from .shards import ShardedWriter, existing_shard_outputs, part_path
 
@@ -102,6 +102,10 @@ class PackOptions:
         allow_outside_root: accept list paths that are absolute or climb out of ROOT
             with ``..`` (refused by default: a list from elsewhere could otherwise pull
             any readable file of the machine into the ``.rec``).
+        layout: ``"plain"`` (im2rec.py's: keys = list indices) or ``"insightface"``
+            (RecBuilder's face-recognition layout, see ``faces``: labels must be integer
+            identity ids). A part of an insightface pack is written plain; ``merge``
+            with ``layout="insightface"`` lays the whole out.
     """
 
     image: ImageOptions = field(default_factory=ImageOptions)
@@ -116,6 +120,7 @@ class PackOptions:
     shard_size: Optional[int] = None
     in_process: bool = False
     allow_outside_root: bool = False
+    layout: str = "plain"
 
     def __post_init__(self) -> None:
         if self.label_width is not None and self.label_width < 1:
@@ -128,6 +133,10 @@ class PackOptions:
             raise ValueError(f"part_index must be in [0, num_parts={self.num_parts}), got {self.part_index}")
         if self.shard_size is not None and (self.shard_size < 1 or self.part_index is not None or self.resume):
             raise ValueError("shard_size must be positive, and cannot be combined with parts or resume")
+        if self.layout not in ("plain", "insightface"):
+            raise ValueError(f"layout must be 'plain' or 'insightface', got {self.layout!r}")
+        if self.layout == "insightface" and (self.shard_size is not None or self.pack_label or (self.label_width or 1) > 1):
+            raise ValueError("the insightface layout has one identity label per image: no shards, --pack-label or --label-width")
 
     def output_affecting(self) -> dict:
         """The options that change the bytes written (what a resumed run must share)."""
@@ -183,6 +192,7 @@ class PackSummary:
     manifest: Optional[str] = None  # with shard_size: the manifest, and the shards
     shards: List[str] = field(default_factory=list)
     header_split: List[int] = field(default_factory=list)  # keys of records split inside their header
+    identities: Optional[int] = None  # insightface layout: identity records written
 
     @property
     def failed(self) -> int:
@@ -286,6 +296,13 @@ def check_list(lst: str, opts: PackOptions) -> ListCheck:
             )
         if n > 1 and opts.label_width is None and not opts.pack_label:
             extra += 1
+        if opts.layout == "insightface":
+            label = entry.labels[0]
+            if not (label == int(label) and 0 <= label < 1 << 24):
+                raise ListFormatError(
+                    f"{lst}:{lineno}: label {format_label(label)} is not an identity id: the insightface layout "
+                    f"needs integer labels from 0 to {(1 << 24) - 1}"
+                )
         indices.append(entry.index)
         lines.append(lineno)
     if outside:
@@ -564,6 +581,8 @@ def pack(
     progress = progress or Progress()
     started = time.perf_counter()
     out_rec = out_rec or os.path.splitext(lst)[0] + ".rec"
+    if opts.layout == "insightface" and opts.part_index is None:
+        return _pack_insightface(lst, root, out_rec, opts, progress, started)
     if opts.part_index is not None:
         out_rec = part_path(out_rec, opts.part_index, opts.num_parts)
     out = Outputs.for_rec(out_rec)
@@ -601,6 +620,53 @@ def pack(
             keys,
         )
     summary.complete = True
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def images_path(out_rec: str) -> str:
+    """Where an insightface pack keeps its images in list order before laying them out."""
+    return os.path.splitext(out_rec)[0] + ".images.rec"
+
+
+def lay_out_insightface(images_rec: str, out_rec: str) -> "faces.LayoutResult":
+    """Turn the plain ``images_rec`` of an insightface pack into ``out_rec`` in insightface's
+    layout, move its failure list to ``OUT.failed.tsv``, and remove it."""
+    laid = faces.convert(images_rec, out_rec, "insightface", overwrite=True)
+    if laid.sizes_seen > 1:
+        h, w = laid.size  # type: ignore[misc]
+        log.warning("%s: the images have %d different sizes; property says the most common, %dx%d", out_rec, laid.sizes_seen, h, w)
+    images = Outputs.for_rec(images_rec)
+    if os.path.exists(images.failed):
+        os.replace(images.failed, Outputs.for_rec(out_rec).failed)
+    remove_quietly(images.rec)
+    remove_quietly(images.idx)
+    return laid
+
+
+def _pack_insightface(lst: str, root: str, out_rec: str, opts: PackOptions, progress: Progress, started: float) -> PackSummary:
+    """The images in list order into ``OUT.images.rec`` (resumable as any pack), then laid out."""
+    finals = [*faces.insightface_outputs(out_rec), Outputs.for_rec(out_rec).failed]
+    images_rec = images_path(out_rec)
+    if opts.resume and all(os.path.exists(p) for p in finals) and not os.path.exists(images_rec) and not os.path.exists(images_rec + ".partial"):
+        summary = PackSummary(lst, root, Outputs.for_rec(out_rec), already_complete=True, complete=True)
+        return summary
+    if not opts.overwrite and not opts.resume:
+        for path in finals:
+            if os.path.exists(path):
+                raise PackError(f"{path} exists: pass --overwrite to replace it")
+    check_list(lst, opts)  # the identity labels, before anything is written (the plain pack checks the rest)
+    summary = pack(lst, root, images_rec, dataclasses.replace(opts, layout="plain"), progress)
+    if summary.packed == 0 and not summary.already_complete:  # nothing to lay out; keep the failure list
+        images = Outputs.for_rec(images_rec)
+        os.replace(images.failed, Outputs.for_rec(out_rec).failed)
+        remove_quietly(images.rec)
+        remove_quietly(images.idx)
+        summary.outputs = Outputs.for_rec(out_rec)
+        return summary
+    laid = lay_out_insightface(images_rec, out_rec)
+    summary.outputs = Outputs.for_rec(out_rec)
+    summary.bytes, summary.identities, summary.already_complete = laid.bytes, laid.identities, False
     summary.seconds = time.perf_counter() - started
     return summary
 
@@ -682,6 +748,8 @@ def summary_line(s: PackSummary) -> str:
     failed = ", ".join(f"{n:,} {kind}" for kind, n in sorted(s.failures.items()))
     resumed = f" (resumed after {s.resumed_from:,})" if s.resumed_from else ""
     into = f"{len(s.shards)} shards listed in {s.manifest}" if s.manifest else s.outputs.rec
+    if s.identities is not None:
+        into += f", insightface layout with {s.identities:,} identities"
     return (
         f"packed {s.packed:,} of {s.images:,} images{resumed} into {into} ({s.bytes / 1e6:,.1f} MB) "
         f"in {s.seconds:.1f} s ({rate:,.0f} images/s); "

@@ -410,6 +410,32 @@ class RecordWriter:
         self._pos = pos + len(framed)
         return pos
 
+    def write_single_part_idx(self, key: Any, header: bytes, body: Any) -> int:
+        """Append the record ``header + body``, known to hold no aligned magic word, and its ``.idx`` line.
+
+        For copying an image between files without a scan: ``body`` (any buffer,
+        e.g. a view of a memory map) was the tail of a single-part record at the
+        same 4-byte alignment, and ``header`` has no magic at a 4-aligned offset.
+        The caller guarantees it; the bytes are those ``write`` would give.
+
+        Returns:
+            The byte offset of the record.
+        """
+        if self._idx is None:
+            raise ValueError(f"{self.path}: this RecordWriter has no .idx to write keys to")
+        n = len(header) + len(body)
+        if n > MAX_RECORD_SIZE:
+            raise RecordTooLargeError(f"{self.path}: record of {n} bytes is too large: RecordIO records must be under 2**29 bytes")
+        pos = self._pos
+        w = self._rec.write
+        w(_PART_HEAD.pack(MAGIC, n))
+        w(header)
+        w(body)
+        w(_PADDING[n & 3])
+        self._pos = pos + 8 + ((n + 3) & ~3)
+        self._idx.write(f"{key}\t{pos}\n")
+        return pos
+
     def write_idx(self, key: Any, payload: bytes) -> int:
         """Append one record and its ``key<TAB>offset`` line to the ``.idx``.
 

@@ -1,0 +1,445 @@
+"""Face-recognition datasets: insightface's layout, and images moved between layouts and datasets.
+
+Two layouts of image records:
+
+* ``plain``: images only, keys 0..N-1 (what im2rec.py writes, and what insightface's
+  ``scripts/shuffle_rec.py`` makes for DALI and arcface_torch's DALI route);
+* ``insightface``: what insightface's ``RecBuilder`` writes. Image records have keys
+  1..N, grouped by identity (identities in ascending label order, the input order kept
+  within each), ``IRHeader(0, identity, key, 0)``; identity records N+1..N+K hold the
+  ``[start, end)`` image-key range of each identity; header record 0 (flag 2,
+  ``[N+1, N+K+1)``, id2 1) is written last; a ``property`` file
+  (``num_classes,height,width``) sits next to the ``.rec``.
+
+``convert`` rewrites one dataset in a layout, ``combine`` several into one. Payload
+bytes are copied, never re-encoded: a record that was in one part is written from a
+view of the input's memory map, with only its 24-byte header new.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .dataset import idx_path_of, insightface_header
+from .errors import Im2recError, RecordIOError
+from .fsutil import atomic_open, commit, make_parents, remove_quietly
+from .image import image_info
+from .recordio import IRHEADER_SIZE, MAGIC, IRHeader, RecordReader, RecordWriter, pack, unpack
+
+__all__ = ["LAYOUTS", "LayoutResult", "convert", "combine", "read_property", "detect_layout"]
+
+LAYOUTS = ("plain", "insightface")
+MAX_IDENTITY = 1 << 24  # identity ids and image keys are stored as float32 labels: exact below 2**24
+_SIZE_SAMPLE = 256  # images whose header is read for the property file's height and width
+
+
+@dataclass
+class LayoutResult:
+    """What ``convert`` or ``combine`` wrote."""
+
+    rec: str
+    idx: str
+    layout: str
+    images: int = 0
+    identities: int = 0  # insightface: identity records written
+    num_classes: int = 0  # distinct labels (plain) or max label + 1 (insightface property)
+    property: Optional[str] = None
+    size: Optional[Tuple[int, int]] = None  # (height, width) written to property
+    sizes_seen: int = 0  # how many different image sizes the sample found
+    sources: Optional[str] = None  # combine: the OUT.sources.tsv label map
+    bytes: int = 0
+    seconds: float = 0.0
+    input_bytes: int = 0
+
+
+class _Images:
+    """The image records of one input ``.rec``, as arrays: offset, scalar label, id, id2, and
+    where the image bytes start in the payload (after the IRHeader and its labels)."""
+
+    def __init__(self, path: str):
+        if not os.path.isfile(path):
+            raise Im2recError(f"{path}: no such file")
+        idx = idx_path_of(path)
+        self.path = path
+        self.reader = RecordReader(path, idx if os.path.exists(idx) else None)
+        self.face = insightface_header(self.reader)
+        self.layout = "insightface" if self.face else "plain"
+        self.offsets = self._offsets()
+        self._read_headers()
+
+    def _offsets(self) -> np.ndarray:
+        reader, index = self.reader, self.reader.index
+        if self.face:
+            first, _ = self.face
+            missing = [k for k in range(1, first) if k not in index]  # type: ignore[operator]
+            if missing:
+                raise Im2recError(
+                    f"{self.path}: its insightface header says the images are keys 1..{first - 1}, "
+                    f"but key {missing[0]} is not in {index.path}"  # type: ignore[union-attr]
+                )
+            return np.array([index.offset(k) for k in range(1, first)], dtype=np.int64)  # type: ignore[union-attr]
+        if index is not None:
+            return index.offsets.astype(np.int64)
+        offsets = []
+        for offset, _length, _next, error in reader.walk():
+            if error is not None:
+                raise Im2recError(f"{self.path}: {error}; rebuild the file's .idx with `im2rec index` to skip damaged records")
+            offsets.append(offset)
+        return np.array(offsets, dtype=np.int64)
+
+    def _read_headers(self) -> None:
+        """Read every header at once where records are in one part; the rest one by one."""
+        n, reader = len(self.offsets), self.reader
+        self.labels = np.zeros(n, np.float64)
+        self.ids = np.zeros(n, np.uint64)
+        self.id2s = np.zeros(n, np.uint64)
+        self.body_start = np.zeros(n, np.int64)  # payload offset of the image bytes
+        self.length = np.zeros(n, np.int64)
+        self.single = np.zeros(n, bool)
+        if not n:
+            return
+        mm = reader._mm
+        if reader.size < 8:
+            raise Im2recError(f"{self.path}: no record at byte 0")
+        words = np.frombuffer(mm, dtype="<u4", count=reader.size // 4)
+        try:
+            w = self.offsets // 4
+            ok = w + 1 < len(words)
+            w_ok = np.where(ok, w, 0)
+            magic, lrec = words[w_ok], words[w_ok + 1]
+            length = (lrec & ((1 << 29) - 1)).astype(np.int64)
+            single = ok & (magic == MAGIC) & ((lrec >> 29) == 0) & (length >= IRHEADER_SIZE)
+            single &= self.offsets + 8 + length <= reader.size
+            head = np.where(single, w, 0)[:, None] + np.arange(2, 8)[None, :]
+            h = words[head]  # flag, label, id lo, id hi, id2 lo, id2 hi
+            flag = h[:, 0].astype(np.int64)
+            single &= length >= IRHEADER_SIZE + 4 * flag
+            label = h[:, 1].view(np.float32).astype(np.float64)
+            has_labels = single & (flag > 0)
+            if has_labels.any():  # label[0], after the header
+                first = words[np.where(has_labels, w + 8, 0)].view(np.float32).astype(np.float64)
+                label = np.where(has_labels, first, label)
+            self.labels[:] = label
+            self.ids[:] = h[:, 2].astype(np.uint64) | (h[:, 3].astype(np.uint64) << np.uint64(32))
+            self.id2s[:] = h[:, 4].astype(np.uint64) | (h[:, 5].astype(np.uint64) << np.uint64(32))
+            self.body_start[:] = IRHEADER_SIZE + 4 * flag
+            self.length[:] = length
+            self.single[:] = single
+            del h, head, magic, lrec
+        finally:
+            del words
+        for i in np.flatnonzero(~self.single).tolist():  # multi-part or damaged: the careful way
+            offset = int(self.offsets[i])
+            try:
+                payload = reader.read_at(offset)[0]
+            except RecordIOError as e:
+                raise Im2recError(str(e)) from None
+            if len(payload) < IRHEADER_SIZE:
+                raise Im2recError(f"{self.path}: the record at byte {offset} is {len(payload)} bytes, too short for an IRHeader")
+            header, _ = unpack(payload)
+            label = header.label
+            self.labels[i] = float(label[0]) if header.flag else float(label)
+            self.ids[i], self.id2s[i] = header.id, header.id2
+            self.body_start[i] = IRHEADER_SIZE + 4 * header.flag
+            self.length[i] = len(payload)
+
+    def key_of(self, i: int) -> str:
+        index = self.reader.index
+        return f"key {index.key_list[i]}" if index is not None and not self.face else (f"key {i + 1}" if self.face else f"record {i}")
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+def detect_layout(rec: str) -> str:
+    """``"insightface"`` if record 0 of ``rec`` is an insightface header, else ``"plain"``."""
+    images = _Images(rec)
+    try:
+        return images.layout
+    finally:
+        images.close()
+
+
+def read_property(path: str) -> Tuple[int, int, int]:
+    """``(num_classes, height, width)`` from an insightface ``property`` file (further lines ignored)."""
+    with open(path, encoding="ascii") as f:
+        first = f.readline().strip()
+    try:
+        n, h, w = (int(x) for x in first.split(","))
+    except ValueError:
+        raise Im2recError(f"{path}:1: expected 'num_classes,height,width', got {first!r}") from None
+    return n, h, w
+
+
+def _check_identities(labels: np.ndarray, src: _Images, picks: np.ndarray) -> None:
+    bad = np.flatnonzero((labels != np.floor(labels)) | (labels < 0) | (labels >= MAX_IDENTITY))
+    if bad.size:
+        i = int(picks[bad[0]])
+        raise Im2recError(
+            f"{src.path}: {src.key_of(i)} (byte {int(src.offsets[i])}) has label {labels[bad[0]]:g}: the insightface "
+            f"layout needs integer identity ids from 0 to {MAX_IDENTITY - 1}"
+        )
+
+
+def _image_size(src: _Images, i: int) -> Optional[Tuple[int, int]]:
+    reader, offset = src.reader, int(src.offsets[i])
+    start = int(src.body_start[i])
+    try:
+        head = bytes(reader.head_at(offset, start + 65536))[start:]
+    except RecordIOError:
+        return None
+    info = image_info(head)
+    return (info[2], info[1]) if info else None
+
+
+class _Output:
+    """The ``.rec``/``.idx`` being written under ``.partial`` names, committed whole."""
+
+    def __init__(self, rec: str, overwrite: bool, extra: Sequence[str] = ()):
+        self.rec, self.idx = rec, os.path.splitext(rec)[0] + ".idx"
+        self.finals = [self.rec, self.idx, *extra]
+        if not overwrite:
+            for path in self.finals:
+                if os.path.exists(path):
+                    raise Im2recError(f"{path} exists: pass --overwrite to replace it")
+        make_parents(rec)
+        self.writer = RecordWriter(self.rec + ".partial", self.idx + ".partial")
+
+    def commit(self) -> int:
+        size = self.writer.tell()
+        self.writer.close()
+        commit(self.rec + ".partial", self.rec)
+        commit(self.idx + ".partial", self.idx)
+        return size
+
+    def abort(self) -> None:
+        self.writer.close()
+        remove_quietly(self.rec + ".partial")
+        remove_quietly(self.idx + ".partial")
+
+
+def _copy(writer: RecordWriter, key: int, src: _Images, view: memoryview, i: int, header: IRHeader) -> None:
+    """Write image ``i`` of ``src`` under ``key`` with a new 24-byte ``header``, copying its bytes."""
+    new = pack(header, b"")
+    words = np.frombuffer(new, dtype="<u4")
+    if src.single[i] and not (words == MAGIC).any():
+        # The image bytes keep their 4-byte alignment (the old header and labels were a
+        # multiple of 4 bytes long), so a record that needed no split still needs none.
+        offset = int(src.offsets[i])
+        writer.write_single_part_idx(key, new, view[offset + 8 + int(src.body_start[i]) : offset + 8 + int(src.length[i])])
+        return
+    payload = src.reader.read_at(int(src.offsets[i]))[0]
+    writer.write_idx(key, new + bytes(payload[int(src.body_start[i]) :]))
+
+
+def _write(
+    out: _Output,
+    sources: List[_Images],
+    picks: List[Tuple[int, np.ndarray]],  # (source, image positions) in output order
+    labels: List[np.ndarray],  # the new label of each pick
+    layout: str,
+    result: LayoutResult,
+) -> None:
+    """Write the picked images of ``sources`` in ``layout``: plain keeps each record's id and id2."""
+    src_of = np.concatenate([np.full(len(p), s, np.int32) for s, p in picks]) if picks else np.zeros(0, np.int32)
+    pos = np.concatenate([p for _, p in picks]) if picks else np.zeros(0, np.int64)
+    lab = np.concatenate(labels) if labels else np.zeros(0)
+    if layout == "insightface":
+        order = np.argsort(lab, kind="stable")  # grouped by identity, input order kept within each
+        src_of, pos, lab = src_of[order], pos[order], lab[order]
+    views = [memoryview(s.reader._mm) if s.reader.size else memoryview(b"") for s in sources]
+    writer = out.writer
+    try:
+        first_key = 1 if layout == "insightface" else 0
+        for n, (s, i, label) in enumerate(zip(src_of.tolist(), pos.tolist(), lab.tolist())):
+            key = first_key + n
+            src = sources[s]
+            if layout == "insightface":
+                header = IRHeader(0, label, key, 0)
+            else:
+                header = IRHeader(0, label, int(src.ids[i]), int(src.id2s[i]))
+            _copy(writer, key, src, views[s], i, header)
+    finally:
+        for v in views:
+            v.release()
+    result.images = len(pos)
+    if layout != "insightface":
+        result.num_classes = len(np.unique(lab))
+        return
+    # identity records, then header 0, as RecBuilder writes them
+    n_images = len(pos)
+    identities, starts = np.unique(lab, return_index=True)
+    ends = np.append(starts[1:], n_images)
+    key = n_images + 1
+    for start, end in zip(starts.tolist(), ends.tolist()):
+        writer.write_idx(key, pack(IRHeader(0, [start + 1, end + 1], key, 0), b""))
+        key += 1
+    writer.write_idx(0, pack(IRHeader(0, [n_images + 1, key], 0, 1), b""))
+    result.identities = len(identities)
+    result.num_classes = int(identities[-1]) + 1 if len(identities) else 0
+    sizes: Counter = Counter()
+    for s, i in zip(src_of[:_SIZE_SAMPLE].tolist(), pos[:_SIZE_SAMPLE].tolist()):
+        size = _image_size(sources[s], i)
+        if size:
+            sizes[size] += 1
+    result.sizes_seen = len(sizes)
+    result.size = sizes.most_common(1)[0][0] if sizes else None
+
+
+def _finish(out: _Output, result: LayoutResult, started: float) -> LayoutResult:
+    result.bytes = out.commit()
+    if result.layout == "insightface":
+        h, w = result.size or (0, 0)
+        result.property = os.path.join(os.path.dirname(os.path.abspath(out.rec)), "property")
+        with atomic_open(result.property, "w", encoding="ascii", newline="\n") as f:
+            f.write(f"{result.num_classes},{h},{w}\n")
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _extra_outputs(rec: str, layout: str) -> List[str]:
+    return [os.path.join(os.path.dirname(os.path.abspath(rec)), "property")] if layout == "insightface" else []
+
+
+def convert(inp: str, out_rec: str, layout: str, shuffle: bool = False, seed: int = 0, overwrite: bool = False) -> LayoutResult:
+    """Rewrite the images of ``inp`` (any layout) in ``layout``, copying their bytes.
+
+    Args:
+        inp: the input ``.rec`` (its ``.idx`` is used when present; insightface
+            header and identity records are recognised and dropped).
+        out_rec: the output ``.rec``; its ``.idx`` (and, for insightface, ``property``)
+            go next to it.
+        layout: ``"plain"``: keys 0..N-1, scalar labels (``label[0]`` of multi-label
+            records), each record's id and id2 kept, as insightface's shuffle_rec.py
+            writes for DALI; ``"insightface"``: RecBuilder's layout (see the module).
+        shuffle, seed: plain only: the images in a seeded random order (numpy's
+            ``RandomState(seed).shuffle``, as shuffle_rec.py after ``np.random.seed``).
+        overwrite: replace existing outputs.
+
+    Raises:
+        Im2recError: a missing or damaged input, a non-integer label for the
+            insightface layout, or an existing output without ``overwrite``.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if shuffle and layout != "plain":
+        raise Im2recError("--shuffle applies to the plain layout: the insightface layout groups images by identity")
+    started = time.perf_counter()
+    src = _Images(inp)
+    try:
+        if os.path.abspath(inp) == os.path.abspath(out_rec):
+            raise Im2recError(f"{out_rec}: the output cannot be the input")
+        positions = np.arange(len(src.offsets))
+        if shuffle:
+            np.random.RandomState(seed).shuffle(positions)
+        labels = src.labels[positions]
+        if layout == "insightface":
+            _check_identities(labels, src, positions)
+        result = LayoutResult(out_rec, os.path.splitext(out_rec)[0] + ".idx", layout, input_bytes=src.reader.size)
+        out = _Output(out_rec, overwrite, _extra_outputs(out_rec, layout))
+        try:
+            _write(out, [src], [(0, positions)], [labels], layout, result)
+        except BaseException:
+            out.abort()
+            raise
+        return _finish(out, result, started)
+    finally:
+        src.close()
+
+
+def combine(
+    out_rec: str,
+    inputs: Sequence[str],
+    labels: str = "offset",
+    layout: Optional[str] = None,
+    overwrite: bool = False,
+) -> LayoutResult:
+    """One dataset from several: images of every input, in input order, keys renumbered.
+
+    Args:
+        out_rec: the output ``.rec``; ``OUT.sources.tsv`` maps every input's old labels
+            to the new ones.
+        inputs: the input ``.rec`` files (any layout; insightface header and identity
+            records are dropped).
+        labels: ``"offset"``: each input's labels are shifted past the previous inputs'
+            classes (max label + 1 of each), so identities never collide; ``"keep"``:
+            labels unchanged (the inputs share one label space).
+        layout: ``"plain"`` or ``"insightface"``; default: insightface when every
+            input is, else plain.
+        overwrite: replace existing outputs.
+
+    Raises:
+        Im2recError: as ``convert``; negative labels with ``labels="offset"``.
+    """
+    if labels not in ("offset", "keep"):
+        raise ValueError(f"labels must be 'offset' or 'keep', got {labels!r}")
+    if not inputs:
+        raise Im2recError("combine needs at least one input")
+    started = time.perf_counter()
+    sources: List[_Images] = []
+    try:
+        for path in inputs:
+            if os.path.abspath(path) == os.path.abspath(out_rec):
+                raise Im2recError(f"{out_rec}: the output cannot be one of the inputs")
+            sources.append(_Images(path))
+        layout = layout or ("insightface" if all(s.layout == "insightface" for s in sources) else "plain")
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+        picks, new_labels, mapping = [], [], []
+        offset = 0.0
+        for s, src in enumerate(sources):
+            positions = np.arange(len(src.offsets))
+            old = src.labels
+            if labels == "offset" and len(old) and (old < 0).any():
+                i = int(np.flatnonzero(old < 0)[0])
+                raise Im2recError(f"{src.path}: {src.key_of(i)} has label {old[i]:g}: --labels offset needs labels of 0 or more")
+            new = old + offset if labels == "offset" else old.copy()
+            if layout == "insightface":
+                _check_identities(new, src, positions)
+            picks.append((s, positions))
+            new_labels.append(new)
+            uniq = np.unique(old)
+            mapping += [(src.path, float(a), float(a) + (offset if labels == "offset" else 0.0)) for a in uniq.tolist()]
+            if labels == "offset" and len(old):
+                offset += float(np.floor(old.max())) + 1.0
+        result = LayoutResult(out_rec, os.path.splitext(out_rec)[0] + ".idx", layout, input_bytes=sum(s.reader.size for s in sources))
+        result.sources = os.path.splitext(out_rec)[0] + ".sources.tsv"
+        out = _Output(out_rec, overwrite, [result.sources, *_extra_outputs(out_rec, layout)])
+        try:
+            _write(out, sources, picks, new_labels, layout, result)
+            with atomic_open(result.sources, "w", encoding="utf-8", newline="\n") as f:
+                f.write("source\told_label\tnew_label\n")
+                f.writelines(f"{path}\t{_num(a)}\t{_num(b)}\n" for path, a, b in mapping)
+        except BaseException:
+            out.abort()
+            raise
+        return _finish(out, result, started)
+    finally:
+        for src in sources:
+            src.close()
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(x)
+
+
+def insightface_outputs(rec: str) -> List[str]:
+    """The files an insightface-layout output ``rec`` consists of."""
+    return [rec, os.path.splitext(rec)[0] + ".idx", *_extra_outputs(rec, "insightface")]
+
+
+def summary_line(result: LayoutResult) -> str:
+    """One line saying what was written, with its speed."""
+    rate = result.input_bytes / result.seconds / 1e6 if result.seconds else 0.0
+    face = f", {result.identities:,} identities, property {result.property}" if result.layout == "insightface" else ""
+    return (
+        f"wrote {result.images:,} images to {result.rec} ({result.layout} layout{face}); "
+        f"{result.bytes / 1e6:,.1f} MB in {result.seconds:.2f} s ({rate:,.0f} MB/s read)"
+    )
+
