@@ -28,7 +28,7 @@ import numpy as np
 
 from .dataset import idx_path_of, insightface_header
 from .errors import Im2recError, RecordIOError
-from .fsutil import atomic_open, commit, make_parents, remove_quietly
+from .fsutil import WriteBehind, atomic_open, commit, make_parents, remove_quietly
 from .image import image_info
 from .recordio import IRHEADER_SIZE, MAGIC, IRHeader, RecordReader, RecordWriter, pack, unpack
 
@@ -224,18 +224,109 @@ class _Output:
         remove_quietly(self.idx + ".partial")
 
 
-def _copy(writer: RecordWriter, key: int, src: _Images, view: memoryview, i: int, header: IRHeader) -> None:
-    """Write image ``i`` of ``src`` under ``key`` with a new 24-byte ``header``, copying its bytes."""
-    new = pack(header, b"")
-    words = np.frombuffer(new, dtype="<u4")
-    if src.single[i] and not (words == MAGIC).any():
-        # The image bytes keep their 4-byte alignment (the old header and labels were a
-        # multiple of 4 bytes long), so a record that needed no split still needs none.
-        offset = int(src.offsets[i])
-        writer.write_single_part_idx(key, new, view[offset + 8 + int(src.body_start[i]) : offset + 8 + int(src.length[i])])
-        return
-    payload = src.reader.read_at(int(src.offsets[i]))[0]
-    writer.write_idx(key, new + bytes(payload[int(src.body_start[i]) :]))
+#: One record's part header and IRHeader, as the fast path writes them in front of the copied image bytes.
+_HEAD = np.dtype([("magic", "<u4"), ("lrec", "<u4"), ("flag", "<u4"), ("label", "<f4"), ("id", "<u8"), ("id2", "<u8")])
+_BATCH = 8 << 20  # bytes assembled before one write
+_PADDING = (b"", b"\0\0\0", b"\0\0", b"\0")
+
+
+def _write_images(writer: RecordWriter, sources: List[_Images], src_of: np.ndarray, pos: np.ndarray, labels: np.ndarray, keys: np.ndarray, ids: np.ndarray, id2s: np.ndarray) -> None:
+    """Write image ``pos[j]`` of ``sources[src_of[j]]`` as key ``keys[j]`` with a new 24-byte IRHeader.
+
+    A record that was in one part stays in one part: its image bytes keep their
+    4-byte alignment (the old header and labels were a multiple of 4 bytes long), so
+    unless the new header holds the magic, the record is its new part header and
+    IRHeader (computed for all records at once) followed by the old image bytes.
+    Records that follow each other in the input, with a 24-byte header there too,
+    are copied as one span whose headers are then overwritten in place (a memcpy
+    and a scatter, whatever the record count); others are written from views of
+    the input in batches. Multi-part records are unpacked and framed one by one.
+    """
+    n = len(pos)
+    rec_off = np.zeros(n, np.int64)
+    body_start = np.zeros(n, np.int64)
+    body_end = np.zeros(n, np.int64)
+    single = np.zeros(n, bool)
+    for s, src in enumerate(sources):
+        mine = src_of == s
+        p = pos[mine]
+        rec_off[mine] = src.offsets[p]
+        body_start[mine] = src.offsets[p] + 8 + src.body_start[p]
+        body_end[mine] = src.offsets[p] + 8 + src.length[p]
+        single[mine] = src.single[p]
+    heads = np.zeros(n, _HEAD)
+    payload = IRHEADER_SIZE + body_end - body_start
+    heads["magic"], heads["lrec"], heads["label"], heads["id"], heads["id2"] = MAGIC, payload, labels, ids, id2s
+    head_words = heads.view("<u4").reshape(n, 8)
+    fast = single & ~(head_words[:, 2:] == MAGIC).any(axis=1) & (payload < 1 << 29)
+    sizes = 8 + ((payload + 3) & ~3)
+    # Runs of records that lie back to back in one input with a 24-byte header there: copied as spans.
+    same_shape = fast & (body_start - rec_off == 8 + IRHEADER_SIZE)
+    joined = np.zeros(n, bool)
+    if n > 1:
+        joined[1:] = same_shape[1:] & same_shape[:-1] & (src_of[1:] == src_of[:-1]) & (rec_off[1:] == rec_off[:-1] + sizes[:-1])
+    run_starts = np.flatnonzero(~joined).tolist() + [n]
+
+    head_view = memoryview(heads.tobytes())
+    views = [memoryview(s.reader._mm) if s.reader.size else memoryview(b"") for s in sources]
+    write_behind = WriteBehind(writer.file)
+    pieces: list = []
+    batch_keys: list = []
+    starts: list = []
+    filled = 0
+
+    def flush() -> None:
+        nonlocal pieces, batch_keys, starts, filled
+        if batch_keys:
+            writer.write_framed_many(batch_keys, pieces, starts)
+            write_behind(writer.tell())
+        pieces, batch_keys, starts, filled = [], [], [], 0
+
+    def write_span(j0: int, j1: int) -> None:
+        first, last = int(rec_off[j0]), int(rec_off[j1 - 1] + sizes[j1 - 1])
+        buf = bytearray(views[int(src_of[j0])][first:last])
+        words = np.frombuffer(buf, dtype="<u4")
+        rel = rec_off[j0:j1] - first
+        words[(rel // 4 + 2)[:, None] + np.arange(6)] = head_words[j0:j1, 2:]
+        del words
+        writer.write_framed_many(keys[j0:j1].tolist(), buf, rel.tolist())
+        write_behind(writer.tell())
+
+    try:
+        for r0, r1 in zip(run_starts[:-1], run_starts[1:]):
+            if r1 - r0 >= 8:  # a span: cut at about _BATCH bytes
+                flush()
+                ends = np.cumsum(sizes[r0:r1])
+                j = r0
+                while j < r1:
+                    k = r0 + int(np.searchsorted(ends, ends[j - r0] - sizes[j] + _BATCH, side="right"))
+                    k = min(max(k, j + 1), r1)
+                    write_span(j, k)
+                    j = k
+                continue
+            for j in range(r0, r1):
+                s, key = int(src_of[j]), int(keys[j])
+                if not fast[j]:
+                    flush()
+                    src, i = sources[s], int(pos[j])
+                    old = src.reader.read_at(int(src.offsets[i]))[0]
+                    header = IRHeader(0, float(labels[j]), int(ids[j]), int(id2s[j]))
+                    writer.write_idx(key, pack(header, b"") + bytes(old[int(src.body_start[i]) :]))
+                    continue
+                a, b = int(body_start[j]), int(body_end[j])
+                pieces += (head_view[32 * j : 32 * j + 32], views[s][a:b])
+                if (b - a) & 3:
+                    pieces.append(_PADDING[(b - a) & 3])
+                batch_keys.append(key)
+                starts.append(filled)
+                filled += int(sizes[j])
+                if filled >= _BATCH:
+                    flush()
+        flush()
+    finally:
+        del pieces
+        for v in views:
+            v.release()
 
 
 def _write(
@@ -253,21 +344,16 @@ def _write(
     if layout == "insightface":
         order = np.argsort(lab, kind="stable")  # grouped by identity, input order kept within each
         src_of, pos, lab = src_of[order], pos[order], lab[order]
-    views = [memoryview(s.reader._mm) if s.reader.size else memoryview(b"") for s in sources]
     writer = out.writer
-    try:
-        first_key = 1 if layout == "insightface" else 0
-        for n, (s, i, label) in enumerate(zip(src_of.tolist(), pos.tolist(), lab.tolist())):
-            key = first_key + n
-            src = sources[s]
-            if layout == "insightface":
-                header = IRHeader(0, label, key, 0)
-            else:
-                header = IRHeader(0, label, int(src.ids[i]), int(src.id2s[i]))
-            _copy(writer, key, src, views[s], i, header)
-    finally:
-        for v in views:
-            v.release()
+    keys = np.arange(len(pos), dtype=np.int64) + (1 if layout == "insightface" else 0)
+    if layout == "insightface":
+        ids, id2s = keys.astype(np.uint64), np.zeros(len(pos), np.uint64)
+    else:  # shuffle_rec.py keeps each record's id and id2
+        ids, id2s = np.zeros(len(pos), np.uint64), np.zeros(len(pos), np.uint64)
+        for s, src in enumerate(sources):
+            mine = src_of == s
+            ids[mine], id2s[mine] = src.ids[pos[mine]], src.id2s[pos[mine]]
+    _write_images(writer, sources, src_of, pos, lab, keys, ids, id2s)
     result.images = len(pos)
     if layout != "insightface":
         result.num_classes = len(np.unique(lab))

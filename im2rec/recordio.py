@@ -45,7 +45,7 @@ import operator
 import os
 import struct
 import warnings
-from typing import IO, Any, Callable, Iterator, List, NamedTuple, Optional, Tuple, Union
+from typing import IO, Any, Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -90,6 +90,7 @@ _LENGTH_MASK = (1 << 29) - 1
 #: dmlc refuses records of 2**29 bytes or more: the length field has 29 bits.
 MAX_RECORD_SIZE = (1 << 29) - 1
 _PADDING = (b"", b"\0\0\0", b"\0\0", b"\0")  # indexed by length % 4
+_IOV_MAX = 1024  # buffers per writev call (Linux's IOV_MAX)
 
 _IRHEADER = struct.Struct("<IfQQ")  # flag, label, id, id2
 IRHEADER_SIZE = _IRHEADER.size  # 24
@@ -365,6 +366,11 @@ class RecordWriter:
         """The byte offset where the next record will start."""
         return self._pos
 
+    @property
+    def file(self) -> IO[bytes]:
+        """The ``.rec`` file object being written."""
+        return self._rec
+
     def write(self, payload: bytes) -> int:
         """Append one record.
 
@@ -410,31 +416,51 @@ class RecordWriter:
         self._pos = pos + len(framed)
         return pos
 
-    def write_single_part_idx(self, key: Any, header: bytes, body: Any) -> int:
-        """Append the record ``header + body``, known to hold no aligned magic word, and its ``.idx`` line.
+    def write_framed_many(self, keys: Sequence[Any], framed: Any, starts: Sequence[int]) -> int:
+        """Append several records framed back to back in one buffer, and their ``.idx`` lines.
 
-        For copying an image between files without a scan: ``body`` (any buffer,
-        e.g. a view of a memory map) was the tail of a single-part record at the
-        same 4-byte alignment, and ``header`` has no magic at a 4-aligned offset.
-        The caller guarantees it; the bytes are those ``write`` would give.
+        Args:
+            keys: the records' keys.
+            framed: the records as ``frame`` gives them, concatenated: one buffer, or a
+                list of buffers (written with one ``writev`` per 1,024, without joining them).
+            starts: each record's offset within ``framed``.
 
         Returns:
-            The byte offset of the record.
+            The byte offset of the first record.
         """
         if self._idx is None:
             raise ValueError(f"{self.path}: this RecordWriter has no .idx to write keys to")
-        n = len(header) + len(body)
-        if n > MAX_RECORD_SIZE:
-            raise RecordTooLargeError(f"{self.path}: record of {n} bytes is too large: RecordIO records must be under 2**29 bytes")
         pos = self._pos
-        w = self._rec.write
-        w(_PART_HEAD.pack(MAGIC, n))
-        w(header)
-        w(body)
-        w(_PADDING[n & 3])
-        self._pos = pos + 8 + ((n + 3) & ~3)
-        self._idx.write(f"{key}\t{pos}\n")
+        if isinstance(framed, list) and hasattr(os, "writev"):
+            self._rec.flush()  # then the file offset is ours: write the pieces straight to it
+            fd, size = self._rec.fileno(), 0
+            for i in range(0, len(framed), _IOV_MAX):
+                chunk = framed[i : i + _IOV_MAX]
+                want = sum(len(b) for b in chunk)
+                done = os.writev(fd, chunk)
+                if done < want:  # a short write (a signal, a full disk): finish it piece by piece
+                    self._write_rest(fd, chunk, done)
+                size += want
+        else:
+            if isinstance(framed, list):
+                framed = b"".join(framed)
+            self._rec.write(framed)
+            size = len(framed)
+        self._pos = pos + size
+        self._idx.write("".join(f"{k}\t{pos + s}\n" for k, s in zip(keys, starts)))
         return pos
+
+    @staticmethod
+    def _write_rest(fd: int, chunk: Sequence[Any], done: int) -> None:
+        for b in chunk:
+            n = len(b)
+            if done >= n:
+                done -= n
+                continue
+            view = memoryview(b)[done:]
+            while len(view):
+                view = view[os.write(fd, view) :]
+            done = 0
 
     def write_idx(self, key: Any, payload: bytes) -> int:
         """Append one record and its ``key<TAB>offset`` line to the ``.idx``.
