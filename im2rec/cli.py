@@ -13,11 +13,11 @@ import logging
 import os
 import signal
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import click
 
-from . import __version__, faces, image, inspection, listing, shards, verification
+from . import __version__, faces, image, inspection, listing, shards, storage, verification
 from . import packing
 from .errors import Im2recError, TooManyFailures
 
@@ -316,7 +316,29 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
         raise click.ClickException(f"{summary.failed:,} image(s) failed (--strict); see {summary.outputs.failed}")
 
 
-rec_argument = click.argument("rec", type=click.Path(exists=True, dir_okay=False))
+class _RecPath(click.ParamType):
+    """A .rec that exists locally, or a URL (s3://, gs://, memory://, ...) read through fsspec."""
+
+    name = "REC"
+
+    def convert(self, value, param, ctx):
+        if storage.is_url(value):
+            return value
+        return click.Path(exists=True, dir_okay=False).convert(value, param, ctx)
+
+
+rec_argument = click.argument("rec", type=_RecPath())
+storage_option = click.option(
+    "--storage-option",
+    "storage_options",
+    multiple=True,
+    type=_Parsed("KEY=VALUE", storage.parse_storage_option),
+    help="For URLs: an fsspec option (repeat), e.g. endpoint_url=http://127.0.0.1:9000, anon=true; credentials otherwise come from the environment.",
+)
+
+
+def _options(pairs) -> Optional[dict]:
+    return storage.merge_options(pairs) or None
 
 
 def _pack_with_dask(lst, root, out, options, address, num_parts, merge, strict, quiet):
@@ -458,8 +480,9 @@ def _print_problems(rec: str, problems, limit: int = 1000) -> None:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the --grid sample: the same seed draws the same records.")
 @click.option("--tile-size", type=click.IntRange(min=16), default=128, show_default=True, help="Side of each --grid tile, in pixels.")
 @click.option("--classes", "classes_path", type=click.Path(exists=True, dir_okay=False), default=None, help="label<TAB>folder file for the --grid captions [default: PREFIX.classes.tsv of `im2rec list`, found next to REC].")
+@storage_option
 @translate_errors
-def inspect_command(rec, as_json, sample, grid_path, samples, seed, tile_size, classes_path):
+def inspect_command(rec, as_json, sample, grid_path, samples, seed, tile_size, classes_path, storage_options):
     """Summarise REC: records, labels, payload sizes, image formats and sizes.
 
     Uses the .idx beside REC when there is one, else scans the file. A damaged
@@ -478,11 +501,12 @@ def inspect_command(rec, as_json, sample, grid_path, samples, seed, tile_size, c
       im2rec inspect train.rec --json | jq .labels.classes
       im2rec inspect train.rec --grid sheet.jpg --samples 100 --seed 1
     """
-    report = inspection.inspect_rec(rec, sample=sample)
+    options = _options(storage_options)
+    report = inspection.inspect_rec(rec, sample=sample, storage_options=options)
     if grid_path is not None:
         from . import sheet
 
-        drawn = sheet.contact_sheet(rec, grid_path, samples=samples, seed=seed, tile=tile_size, classes=classes_path)
+        drawn = sheet.contact_sheet(rec, grid_path, samples=samples, seed=seed, tile=tile_size, classes=classes_path, storage_options=options)
         report["grid"] = {
             "path": drawn.path,
             "tiles": drawn.tiles,
@@ -537,8 +561,9 @@ def inspect_command(rec, as_json, sample, grid_path, samples, seed, tile_size, c
 @rec_argument
 @click.option("--decode", "decode_images", is_flag=True, help="Also decode every image.")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the problems.")
+@storage_option
 @translate_errors
-def verify_command(rec, decode_images, quiet):
+def verify_command(rec, decode_images, quiet, storage_options):
     """Check every record of REC and every line of its .idx.
 
     Framing (magic, continuation flags, lengths), a file size that is a multiple
@@ -553,7 +578,7 @@ def verify_command(rec, decode_images, quiet):
     \b
     Exit status: 0 if clean (warnings allowed), 1 if any problem was found.
     """
-    report = inspection.verify_rec(rec, decode_images)
+    report = inspection.verify_rec(rec, decode_images, storage_options=_options(storage_options))
     _print_problems(rec, report.problems)
     _print_problems(f"warning: {rec}", report.warnings)
     if not quiet:
@@ -571,8 +596,9 @@ def verify_command(rec, decode_images, quiet):
 @click.option("--flat", is_flag=True, help="Write every image directly in OUTDIR (default: a folder per label).")
 @click.option("--overwrite", is_flag=True, help="Replace files that exist.")
 @quiet_option
+@storage_option
 @translate_errors
-def extract_command(rec, outdir, flat, overwrite, quiet):
+def extract_command(rec, outdir, flat, overwrite, quiet, storage_options):
     """Write every image of REC to OUTDIR with its original bytes, and OUTDIR/<stem>.lst.
 
     Images go to OUTDIR/<label>/<key>.<ext>. The list names them with their keys
@@ -580,7 +606,7 @@ def extract_command(rec, outdir, flat, overwrite, quiet):
     --pass-through` rebuilds the same records. A damaged record is reported and
     skipped (exit status 1 at the end).
     """
-    result = inspection.extract_rec(rec, outdir, flat=flat, overwrite=overwrite)
+    result = inspection.extract_rec(rec, outdir, flat=flat, overwrite=overwrite, storage_options=_options(storage_options))
     _print_problems(rec, result.problems)
     if result.id_mismatches:
         click.echo(f"warning: {result.id_mismatches:,} record(s) have a header id other than their key; a re-pack will use the key for both", err=True)
@@ -592,14 +618,15 @@ def extract_command(rec, outdir, flat, overwrite, quiet):
 
 
 @main.command("index")
-@click.argument("recs", metavar="REC...", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.argument("recs", metavar="REC...", nargs=-1, required=True, type=_RecPath())
 @click.option("--idx", "idx_path", type=click.Path(dir_okay=False), default=None, help="Where to write [default: REC with .idx].")
 @click.option("--combined", "combined_path", metavar="OUT.idx", type=click.Path(dir_okay=False), default=None, help="Write one .idx for all the RECs read as one, in the given order: what DALI's fn.readers.mxnet needs for several .rec files (its offsets count across them).")
 @click.option("--keys", type=click.Choice(["id", "counter"]), default="id", show_default=True, help="id: each record's header id (im2rec.py's keys); counter: 0, 1, 2, ... (DALI's rec2idx).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing .idx.")
 @quiet_option
+@storage_option
 @translate_errors
-def index_command(recs, idx_path, combined_path, keys, overwrite, quiet):
+def index_command(recs, idx_path, combined_path, keys, overwrite, quiet, storage_options):
     """Rebuild the .idx of REC by a sequential scan, or write the combined .idx of several.
 
     A damaged record is reported and skipped (exit status 1 at the end); the
@@ -630,7 +657,7 @@ def index_command(recs, idx_path, combined_path, keys, overwrite, quiet):
     if len(recs) > 1:
         raise click.UsageError(f"{len(recs)} files given: index one REC at a time, or all of them as one with --combined OUT.idx")
     rec = recs[0]
-    result = inspection.rebuild_index(rec, idx_path, keys=keys, overwrite=overwrite)
+    result = inspection.rebuild_index(rec, idx_path, keys=keys, overwrite=overwrite, storage_options=_options(storage_options))
     _print_problems(rec, result.problems)
     if not quiet:
         click.echo(f"{result.idx}: {plural(result.entries, 'entry', 'entries')}")

@@ -19,6 +19,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from . import storage
 from .errors import Im2recError, RecordIOError
 from .image import _cv2
 from .recordio import IRHEADER_SIZE, RecordReader, unpack
@@ -93,6 +94,9 @@ class RecordDataset:
             ``ceil(N/num_parts)`` entries to each part but the last (spec 1.6).
         insightface: ``"auto"`` detects an insightface header at key 0 (single file
             only); ``True`` requires one; ``False`` reads every record as an image.
+        storage_options: for URLs (``s3://bucket/train.rec``, any fsspec store; each
+            record is one ranged request), fsspec's options; the environment's
+            settings (``AWS_ENDPOINT_URL``, profiles) are used otherwise.
 
     Items are ``(image, label)``: the label is a float (scalar records) or a float32
     array (records with flag > 0), as ``mx.recordio.unpack`` gives.
@@ -111,6 +115,7 @@ class RecordDataset:
         num_parts: int = 1,
         part_index: int = 0,
         insightface: Union[bool, str] = "auto",
+        storage_options: Optional[dict] = None,
     ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -124,9 +129,9 @@ class RecordDataset:
         for path in self.paths:
             idx = idx_path_of(path)
             for p in (path, idx):
-                if not os.path.exists(p):
+                if not (storage.exists(p, storage_options) if storage.is_url(p) else os.path.exists(p)):
                     raise Im2recError(f"{p}: no such file (a .rec needs its .idx beside it, same stem)")
-            self.readers.append(RecordReader(path, idx))
+            self.readers.append(RecordReader(path, idx, storage_options=storage_options))
 
         self.insightface: Optional[Tuple[int, int]] = None
         if insightface is not False and len(self.readers) == 1:

@@ -8,6 +8,7 @@ record head, as dmlc's readers resynchronise.
 from __future__ import annotations
 
 import dataclasses
+import mmap
 import os
 import random
 import statistics
@@ -17,6 +18,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import storage
 from .dataset import idx_path_of, insightface_header
 from .errors import HeaderError, Im2recError, ImageError, RecordIOError
 from .fsutil import atomic_open
@@ -46,11 +48,16 @@ class Problem:
         return f"{self.file}: {text}" if self.file else text
 
 
-def open_rec(rec: str, with_idx: bool = True) -> Tuple[RecordReader, Optional[RecordIndex]]:
-    if not os.path.exists(rec):
+def _exists(path: str, storage_options: Optional[dict]) -> bool:
+    return storage.exists(path, storage_options) if storage.is_url(path) else os.path.exists(path)
+
+
+def open_rec(rec: str, with_idx: bool = True, storage_options: Optional[dict] = None) -> Tuple[RecordReader, Optional[RecordIndex]]:
+    """A reader of ``rec`` (a path or a URL), with its ``.idx`` when there is one and ``with_idx``."""
+    if not _exists(rec, storage_options):
         raise Im2recError(f"{rec}: no such file")
     idx = idx_path_of(rec)
-    reader = RecordReader(rec, idx if with_idx and os.path.exists(idx) else None)
+    reader = RecordReader(rec, idx if with_idx and _exists(idx, storage_options) else None, storage_options=storage_options)
     return reader, reader.index
 
 
@@ -107,7 +114,7 @@ def _stats(values: List[int]) -> Dict[str, float]:
 # --------------------------------------------------------------------------- inspect
 
 
-def inspect_rec(rec: str, sample: int = 200, seed: int = 0) -> Dict[str, Any]:
+def inspect_rec(rec: str, sample: int = 200, seed: int = 0, storage_options: Optional[dict] = None) -> Dict[str, Any]:
     """Summarise a ``.rec``: records, labels, payload sizes, image formats and sizes on a sample.
 
     Args:
@@ -118,7 +125,7 @@ def inspect_rec(rec: str, sample: int = 200, seed: int = 0) -> Dict[str, Any]:
     Returns:
         A JSON-serialisable dict; ``damaged`` lists the records that could not be read.
     """
-    reader, index = open_rec(rec)
+    reader, index = open_rec(rec, storage_options=storage_options)
     problems: List[Problem] = []
     entries = list(record_entries(reader, problems))
     face = insightface_header(reader) if index is not None else None
@@ -216,7 +223,7 @@ class VerifyReport:
 _SCAN_CHUNK = 16 << 20  # bytes of the file compared at once when looking for stray record heads
 
 
-def verify_rec(rec: str, decode_images: bool = False) -> VerifyReport:
+def verify_rec(rec: str, decode_images: bool = False, storage_options: Optional[dict] = None) -> VerifyReport:
     """Check a ``.rec`` and its ``.idx`` the way their strictest consumers will read them.
 
     Checks: the file size is a multiple of 4 (dmlc InputSplit refuses others); every
@@ -226,11 +233,11 @@ def verify_rec(rec: str, decode_images: bool = False) -> VerifyReport:
     dmlc epoch early); no record missing from the ``.idx``; with ``decode_images``,
     every image decodes (insightface header and identity records excepted).
     """
-    if not os.path.exists(rec):
+    if not _exists(rec, storage_options):
         raise Im2recError(f"{rec}: no such file")
     idx_path = idx_path_of(rec)
-    reader = RecordReader(rec)
-    report = VerifyReport(rec, idx_path if os.path.exists(idx_path) else None)
+    reader = RecordReader(rec, storage_options=storage_options)
+    report = VerifyReport(rec, idx_path if _exists(idx_path, storage_options) else None)
     problems = report.problems
     if reader.size % 4:
         problems.append(Problem(None, None, f"the file size ({reader.size} bytes) is not a multiple of 4: dmlc's InputSplit refuses to open it"))
@@ -259,7 +266,7 @@ def verify_rec(rec: str, decode_images: bool = False) -> VerifyReport:
     keys_at: Dict[int, Any] = {}
     if report.idx is not None:
         try:
-            index = read_index(report.idx)
+            index = read_index(report.idx, storage_options=storage_options)
         except Im2recError as e:
             problems.append(Problem(None, None, str(e)))
             index = None
@@ -270,9 +277,9 @@ def verify_rec(rec: str, decode_images: bool = False) -> VerifyReport:
 
     if decode_images:
         face = None
-        if report.idx is not None and os.path.exists(report.idx):
+        if report.idx is not None:
             try:
-                face = insightface_header(RecordReader(rec, report.idx))
+                face = insightface_header(RecordReader(rec, report.idx, storage_options=storage_options))
             except Im2recError:
                 face = None
         options = ImageOptions()
@@ -299,9 +306,13 @@ def _stray_heads(reader: RecordReader, parts: np.ndarray) -> Iterator[int]:
     mm, size = reader._mm, reader.size
     words_total = size // 4
     step = _SCAN_CHUNK // 4
+    buffered = isinstance(mm, (bytes, mmap.mmap))  # a remote source is read chunk by chunk
     for first in range(0, words_total, step):
         count = min(step, words_total - first)
-        words = np.frombuffer(mm, dtype="<u4", count=count, offset=first * 4)
+        if buffered:
+            words = np.frombuffer(mm, dtype="<u4", count=count, offset=first * 4)
+        else:
+            words = np.frombuffer(mm[first * 4 : (first + count) * 4], dtype="<u4")
         found = (np.flatnonzero(words == MAGIC) + first) * 4
         del words
         if found.size:
@@ -362,7 +373,7 @@ class ExtractResult:
         return f"im2rec pack {self.lst} {root} NEW.rec --pass-through{extra}"
 
 
-def extract_rec(rec: str, outdir: str, flat: bool = False, overwrite: bool = False) -> ExtractResult:
+def extract_rec(rec: str, outdir: str, flat: bool = False, overwrite: bool = False, storage_options: Optional[dict] = None) -> ExtractResult:
     """Write every image of a ``.rec`` back to a file, with its original bytes, and a ``.lst``.
 
     Files go to ``OUTDIR/<label>/<key>.<ext>`` (or ``OUTDIR/<key>.<ext>`` with
@@ -375,7 +386,7 @@ def extract_rec(rec: str, outdir: str, flat: bool = False, overwrite: bool = Fal
     Raises:
         Im2recError: ``rec`` is missing, or a file would be overwritten without ``overwrite``.
     """
-    reader, index = open_rec(rec)
+    reader, index = open_rec(rec, storage_options=storage_options)
     os.makedirs(outdir, exist_ok=True)
     result = ExtractResult(os.path.join(outdir, os.path.splitext(os.path.basename(rec))[0] + ".lst"))
     if os.path.exists(result.lst) and not overwrite:
@@ -424,35 +435,37 @@ class IndexResult:
     problems: List[Problem] = field(default_factory=list)
 
 
-def rebuild_index(rec: str, idx: Optional[str] = None, keys: str = "id", overwrite: bool = False) -> IndexResult:
+def rebuild_index(rec: str, idx: Optional[str] = None, keys: str = "id", overwrite: bool = False, storage_options: Optional[dict] = None) -> IndexResult:
     """Rebuild a ``.idx`` by a sequential scan of the ``.rec``.
 
     Args:
         rec: the ``.rec``.
-        idx: where to write; default: beside the ``.rec``, same stem.
+        idx: where to write; default: beside the ``.rec``, same stem (a URL when
+            ``rec`` is one: written with one request, so it appears whole).
         keys: ``"id"`` takes each key from the record's IRHeader id (what im2rec.py
             writes); ``"counter"`` numbers records 0, 1, 2... (DALI's rec2idx).
         overwrite: replace an existing ``.idx``.
+        storage_options: fsspec's options for URLs.
 
     Raises:
         Im2recError: the ``.idx`` exists without ``overwrite``, or a record has no
             IRHeader to take a key from (use ``keys="counter"``).
     """
     idx = idx or idx_path_of(rec)
-    _check_index_args(idx, keys, overwrite)
+    _check_index_args(idx, keys, overwrite, storage_options)
     result = IndexResult(idx)
-    reader, _ = open_rec(rec, with_idx=False)
+    reader, _ = open_rec(rec, with_idx=False, storage_options=storage_options)
     with reader:
         entries = _scan_entries(reader, keys, result.problems)
-    _write_index(idx, entries)
+    _write_index(idx, entries, storage_options)
     result.entries = len(entries)
     return result
 
 
-def _check_index_args(idx: str, keys: str, overwrite: bool) -> None:
+def _check_index_args(idx: str, keys: str, overwrite: bool, storage_options: Optional[dict] = None) -> None:
     if keys not in ("id", "counter"):
         raise ValueError(f"keys must be 'id' or 'counter', got {keys!r}")
-    if os.path.exists(idx) and not overwrite:
+    if _exists(idx, storage_options) and not overwrite:
         raise Im2recError(f"{idx} exists: pass --overwrite to replace it")
 
 
@@ -477,7 +490,10 @@ def _scan_entries(reader: RecordReader, keys: str, problems: List[Problem], firs
     return entries
 
 
-def _write_index(idx: str, entries: Sequence[Tuple[Any, int]]) -> None:
+def _write_index(idx: str, entries: Sequence[Tuple[Any, int]], storage_options: Optional[dict] = None) -> None:
+    if storage.is_url(idx):
+        storage.write_bytes(idx, "".join(f"{key}\t{offset}\n" for key, offset in entries).encode("ascii"), storage_options)
+        return
     with atomic_open(idx, "w", encoding="ascii", newline="\n") as f:
         f.writelines(f"{key}\t{offset}\n" for key, offset in entries)
 

@@ -60,6 +60,7 @@ from .errors import (
     RecordTooLargeError,
     TruncatedRecordError,
 )
+from .storage import is_url
 
 __all__ = [
     "MAGIC",
@@ -703,11 +704,11 @@ class RecordIndex:
             )
 
 
-def read_index(path: PathLike, key_type: Callable[[str], Any] = int) -> RecordIndex:
+def read_index(path: PathLike, key_type: Callable[[str], Any] = int, storage_options: Optional[dict] = None) -> RecordIndex:
     """Read a ``.idx`` file.
 
     Args:
-        path: the ``.idx`` path.
+        path: the ``.idx`` path, or a URL (read through ``storage``, with ``storage_options``).
         key_type: how keys are parsed (``int`` as in MXNet, or e.g. ``str``).
 
     Returns:
@@ -718,8 +719,13 @@ def read_index(path: PathLike, key_type: Callable[[str], Any] = int) -> RecordIn
         OSError: the file cannot be read.
     """
     path = os.fspath(path)
-    with open(path, "rb") as f:
-        data = f.read()
+    if is_url(path):
+        from .storage import read_bytes
+
+        data = read_bytes(path, storage_options)
+    else:
+        with open(path, "rb") as f:
+            data = f.read()
     if key_type is int:
         pairs = _parse_index_fast(data)
         if pairs is not None:
@@ -771,27 +777,54 @@ class RecordReader:
         IndexFormatError, IndexOffsetError: the ``.idx`` is malformed or points outside the file.
     """
 
-    def __init__(self, rec: PathLike, idx: Optional[PathLike] = None, *, key_type: Callable[[str], Any] = int):
+    def __init__(
+        self,
+        rec: PathLike,
+        idx: Optional[PathLike] = None,
+        *,
+        key_type: Callable[[str], Any] = int,
+        storage_options: Optional[dict] = None,
+    ):
         self.path = os.fspath(rec)
         self.idx_path = os.fspath(idx) if idx is not None else None
         self.key_type = key_type
+        self.storage_options = storage_options
         self._map()
         self.index: Optional[RecordIndex] = None
+        self._ends: Optional[np.ndarray] = None  # remote: the .idx offsets, sorted
         if self.idx_path is not None:
-            self.index = read_index(self.idx_path, key_type)
+            self.index = read_index(self.idx_path, key_type, storage_options=storage_options)
             self.index.validate(self.size, self.path)
 
     def _map(self) -> None:
+        # The byte source: a read-only memory map locally; for a URL, storage.RemoteSource,
+        # which slices and finds the same way with ranged reads (and has no buffer to unpack from).
+        if is_url(self.path):
+            from .storage import RemoteSource
+
+            self._mm: Any = RemoteSource(self.path, self.storage_options)
+            self.size = self._mm.size
+            self._buffered = False
+            return
         with open(self.path, "rb") as f:
             self.size = os.fstat(f.fileno()).st_size
             # mmap refuses empty files; an empty .rec is valid and holds no record.
-            self._mm: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if self.size else b""
+            self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if self.size else b""
+        self._buffered = True
+
+    def _head(self, pos: int) -> Tuple[int, int]:
+        """(magic, lrec) of the part header at ``pos`` (which the caller keeps inside the file)."""
+        if self._buffered:
+            return _PART_HEAD.unpack_from(self._mm, pos)  # type: ignore[return-value]
+        return _PART_HEAD.unpack(self._mm[pos : pos + 8])  # type: ignore[return-value]
 
     def close(self) -> None:
         """Unmap the file (idempotent)."""
         mm, self._mm = self._mm, b""
         self.size = 0
-        if isinstance(mm, mmap.mmap):
+        if not self._buffered:
+            mm.close()
+        elif isinstance(mm, mmap.mmap):
             try:
                 mm.close()
             except BufferError:  # a view of it is still alive (RecordDataset); unmapped when it goes
@@ -823,7 +856,7 @@ class RecordReader:
                 f"needs 8 bytes, the file ends after {size - pos}",
                 pos,
             )
-        magic, lrec = _PART_HEAD.unpack_from(self._mm, pos)
+        magic, lrec = self._head(pos)
         if magic != MAGIC:
             raise BadMagicError(
                 f"{self.path}: no record at byte {pos}: expected the magic 0xced7230a, found 0x{magic:08x}",
@@ -888,8 +921,10 @@ class RecordReader:
             raise ValueError(f"{self.path}: reading by key needs the .idx file")
         entry = index.entry(key)
         pos = int(index.offsets[entry])
+        if not self._buffered:  # remote: one request for exactly this record
+            self._mm.hint(pos, self._record_end(pos))
         # Fast path: a whole record in one part (cflag 0), as nearly every image is.
-        magic, lrec = _PART_HEAD.unpack_from(self._mm, pos)  # validate() keeps pos + 8 in the file
+        magic, lrec = self._head(pos)  # validate() keeps pos + 8 in the file
         if magic == MAGIC and lrec <= _LENGTH_MASK and pos + 8 + ((lrec + 3) & ~3) <= self.size:
             return self._mm[pos + 8 : pos + 8 + lrec]
         try:
@@ -902,6 +937,14 @@ class RecordReader:
                 f"which is not a record head ({e})",
                 pos,
             ) from None
+
+    def _record_end(self, pos: int) -> int:
+        """Where the record at ``pos`` ends at the latest: the next offset the ``.idx`` knows, or
+        the end of the file (remote reads fetch exactly that)."""
+        if self._ends is None:
+            self._ends = np.unique(self.index.offsets) if self.index is not None else np.zeros(0, np.int64)
+        i = int(np.searchsorted(self._ends, pos, side="right"))
+        return int(self._ends[i]) if i < len(self._ends) else self.size
 
     def __len__(self) -> int:
         if self.index is None:
@@ -977,6 +1020,9 @@ class RecordReader:
     def view_at(self, pos: int) -> Union[memoryview, bytes]:
         """The payload of the record at ``pos`` without a copy when it is in one part
         (a memoryview of the map: release it before closing the reader)."""
+        if not self._buffered:
+            self._mm.hint(pos, self._record_end(pos))
+            return self.read_at(pos)[0]
         cflag, length = self._part_head(pos, pos)
         if cflag == 0:
             return memoryview(self._mm)[pos + 8 : pos + 8 + length]
@@ -991,7 +1037,7 @@ class RecordReader:
             i = mm.find(MAGIC_BYTES, pos)
             if i < 0 or i + 8 > size:
                 break
-            if i & 3 == 0 and (_PART_HEAD.unpack_from(mm, i)[1] >> 29) in (0, 1):
+            if i & 3 == 0 and (self._head(i)[1] >> 29) in (0, 1):
                 return i
             pos = (i + 4) & ~3 if i & 3 == 0 else (i + 3) & ~3
         return size
@@ -1044,8 +1090,9 @@ class MXRecordIO:
         ValueError: ``flag`` is not ``'r'`` or ``'w'``.
     """
 
-    def __init__(self, uri: PathLike, flag: str):
+    def __init__(self, uri: PathLike, flag: str, *, storage_options: Optional[dict] = None):
         self.uri = os.fspath(uri)
+        self.storage_options = storage_options  # for a URL (s3://...): fsspec's options
         if flag not in ("r", "w"):
             raise ValueError(f"Invalid flag {flag!r}: use 'r' to read or 'w' to write")
         self.flag = flag
@@ -1061,7 +1108,7 @@ class MXRecordIO:
         if self.writable:
             self._writer = RecordWriter(self.uri)
         else:
-            self._reader = RecordReader(self.uri)
+            self._reader = RecordReader(self.uri, storage_options=self.storage_options)
             self._pos = 0
         self.pid = os.getpid()
         self.is_open = True
@@ -1151,25 +1198,28 @@ class MXIndexedRecordIO(MXRecordIO):
     are built on first use. The differences from MXRecordIO apply here too.
 
     Args:
-        idx_path: path of the ``.idx``.
-        uri: path of the ``.rec``.
+        idx_path: path of the ``.idx`` (or a URL, for reading).
+        uri: path of the ``.rec`` (or a URL such as ``s3://bucket/train.rec``, for reading:
+            every record is one ranged request).
         flag: ``'r'`` or ``'w'``.
         key_type: the type keys are converted to (``int`` by default).
+        storage_options: for URLs, fsspec's options (credentials, ``endpoint_url``...);
+            the environment's settings are used otherwise.
     """
 
-    def __init__(self, idx_path: PathLike, uri: PathLike, flag: str, key_type: Callable[[Any], Any] = int):
+    def __init__(self, idx_path: PathLike, uri: PathLike, flag: str, key_type: Callable[[Any], Any] = int, *, storage_options: Optional[dict] = None):
         self.idx_path = os.fspath(idx_path)
         self.key_type = key_type
         self._keys: Optional[List[Any]] = None
         self._idx: Optional[dict] = None
-        super().__init__(uri, flag)
+        super().__init__(uri, flag, storage_options=storage_options)
 
     def open(self) -> None:
         if self.writable:
             self._writer = RecordWriter(self.uri, self.idx_path)
             self._keys, self._idx = [], {}
         else:
-            self._reader = RecordReader(self.uri, self.idx_path, key_type=self.key_type)
+            self._reader = RecordReader(self.uri, self.idx_path, key_type=self.key_type, storage_options=self.storage_options)
             self._keys = self._idx = None
             self._pos = 0
         self.pid = os.getpid()

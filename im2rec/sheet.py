@@ -146,6 +146,7 @@ def contact_sheet(
     seed: int = 0,
     tile: int = 128,
     classes: Optional[str] = None,
+    storage_options: Optional[dict] = None,
 ) -> SheetResult:
     """Draw ``samples`` records of ``rec``, chosen with ``seed``, on one image written to ``out``.
 
@@ -158,6 +159,7 @@ def contact_sheet(
         tile: the side of each tile, in pixels.
         classes: a ``label TAB folder`` file for the captions; default: the
             ``PREFIX.classes.tsv`` of ``im2rec list`` next to ``rec``, if any.
+        storage_options: fsspec's options when ``rec`` is a URL.
 
     Returns:
         A SheetResult; damaged or undecodable records are drawn as marked tiles and
@@ -168,7 +170,7 @@ def contact_sheet(
             malformed, or ``out`` has an extension OpenCV cannot write.
     """
     cv2 = _cv2()
-    reader, index = open_rec(rec)
+    reader, index = open_rec(rec, storage_options=storage_options)
     with reader:
         problems: List[Problem] = []
         entries = list(record_entries(reader, problems))

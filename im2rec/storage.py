@@ -1,0 +1,221 @@
+"""Object storage behind one seam: URLs (``s3://``, ``gs://``, ``memory://``, ...) through fsspec.
+
+Everything that reads a ``.rec`` from a URL goes through ``RemoteSource``, the
+byte-source interface of ``recordio.RecordReader`` implemented with ranged reads: a
+record read by key is one request for exactly its bytes (the ``.idx`` says where the
+next record starts), a sequential scan reads large blocks. The format core never
+imports fsspec; a local path never reaches this module.
+
+fsspec and the store's driver are optional extras (``pip install 'im2rec[s3]'`` for
+S3; gcsfs, adlfs likewise). Credentials and endpoints come the way fsspec users set
+them: the environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, profiles) or
+``storage_options`` (``--storage-option KEY=VALUE`` on the command line).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from .errors import Im2recError
+
+__all__ = ["is_url", "RemoteSource", "filesystem", "read_bytes", "write_bytes", "exists", "parse_storage_option", "merge_options"]
+
+_URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+READAHEAD = 4 << 20  # bytes fetched at once when reading in order
+
+
+class StorageError(Im2recError):
+    """A URL that cannot be read: a missing object or bucket, denied access, a missing driver."""
+
+
+def is_url(path: Any) -> bool:
+    """Whether ``path`` is a URL (``scheme://...``) rather than a local path; ``file://`` counts as a URL."""
+    return isinstance(path, str) and bool(_URL.match(path))
+
+
+def parse_storage_option(text: str) -> Tuple[str, Any]:
+    """``"KEY=VALUE"`` -> ``(KEY, VALUE)``, VALUE as JSON when it parses (``anon=true``), else a string.
+    ``client_kwargs.endpoint_url=...``-style dotted keys become nested dicts in ``merge_options``."""
+    if "=" not in text:
+        raise ValueError(f"expected KEY=VALUE, got {text!r}")
+    key, value = text.split("=", 1)
+    import json
+
+    try:
+        return key.strip(), json.loads(value)
+    except ValueError:
+        return key.strip(), value
+
+
+def merge_options(pairs: Any) -> Dict[str, Any]:
+    """Storage options from ``(key, value)`` pairs; a dotted key fills a nested dict."""
+    options: Dict[str, Any] = {}
+    for key, value in pairs:
+        target = options
+        *outer, last = key.split(".")
+        for part in outer:
+            target = target.setdefault(part, {})
+        target[last] = value
+    return options
+
+
+def filesystem(url: str, storage_options: Optional[Mapping[str, Any]] = None, fresh: bool = False) -> Tuple[Any, str]:
+    """``(fsspec filesystem, path within it)`` for ``url``.
+
+    Raises:
+        StorageError: fsspec or the scheme's driver is not installed.
+    """
+    try:
+        import fsspec
+        from fsspec.core import split_protocol
+    except ImportError:
+        raise StorageError(f"{url}: reading URLs needs fsspec: pip install 'im2rec[s3]' (or fsspec and your store's driver)") from None
+    protocol = split_protocol(url)[0] or "file"
+    try:
+        cls = fsspec.get_filesystem_class(protocol)
+    except (ImportError, ValueError) as e:
+        extra = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs"}.get(protocol)
+        hint = f": pip install {extra}" if extra else ""
+        raise StorageError(f"{url}: no fsspec driver for {protocol}:// ({e}){hint}") from None
+    options = dict(storage_options or {})
+    if fresh:
+        options["skip_instance_cache"] = True
+    fs = cls(**options)
+    return fs, fs._strip_protocol(url)
+
+
+def _translate(url: str, e: BaseException) -> StorageError:
+    if isinstance(e, FileNotFoundError):
+        return StorageError(f"{url}: no such object (or its bucket does not exist)")
+    if isinstance(e, PermissionError):
+        return StorageError(f"{url}: access denied: {e}")
+    return StorageError(f"{url}: {type(e).__name__}: {e}")
+
+
+def exists(url: str, storage_options: Optional[Mapping[str, Any]] = None) -> bool:
+    fs, path = filesystem(url, storage_options)
+    try:
+        return bool(fs.exists(path))
+    except Exception as e:  # noqa: BLE001 - the driver's own errors, made one clear message
+        raise _translate(url, e) from None
+
+
+def read_bytes(url: str, storage_options: Optional[Mapping[str, Any]] = None) -> bytes:
+    """The whole object (for small files: a ``.idx``, a ``.lst``, a manifest).
+
+    Raises:
+        StorageError: the object is missing or cannot be read.
+    """
+    fs, path = filesystem(url, storage_options)
+    try:
+        return fs.cat_file(path)
+    except Exception as e:  # noqa: BLE001
+        raise _translate(url, e) from None
+
+
+def write_bytes(url: str, data: bytes, storage_options: Optional[Mapping[str, Any]] = None) -> None:
+    """Write a small object in one request (on S3 a single PUT: it appears whole or not at all).
+
+    Raises:
+        StorageError: the object cannot be written.
+    """
+    fs, path = filesystem(url, storage_options)
+    try:
+        fs.pipe_file(path, data)
+    except Exception as e:  # noqa: BLE001
+        raise _translate(url, e) from None
+
+
+class RemoteSource:
+    """A remote object read by ranges: the byte source ``recordio.RecordReader`` reads a URL through.
+
+    Behaves like the read-only memory map a local file gets: ``len``, slicing
+    (``source[a:b]`` -> bytes) and ``find``. One block is kept: a read inside it
+    costs no request. After ``hint(start, end)`` (a record's exact extent, from the
+    ``.idx``) the next miss fetches exactly that range; otherwise a miss fetches
+    ``READAHEAD`` bytes from where it starts, for sequential scans.
+
+    The filesystem object is made in the process that reads, and again after a
+    fork; pickling sends only the URL and the options, so DataLoader workers under
+    fork and spawn each open their own connection.
+
+    Raises:
+        StorageError: the object is missing, or access is denied (at open).
+    """
+
+    def __init__(self, url: str, storage_options: Optional[Mapping[str, Any]] = None, size: Optional[int] = None):
+        self.url = url
+        self.storage_options = dict(storage_options or {})
+        self._pid = -1
+        self._fs: Any = None
+        self._path = ""
+        self.requests = 0  # ranged reads made (for tests and benchmarks)
+        self._block_start, self._block = 0, b""
+        self._hint: Optional[Tuple[int, int]] = None
+        if size is None:
+            fs, path = self._filesystem()
+            try:
+                size = int(fs.size(path))
+            except Exception as e:  # noqa: BLE001
+                raise _translate(url, e) from None
+        self.size = size
+
+    def _filesystem(self) -> Tuple[Any, str]:
+        if self._pid != os.getpid():  # new process (fork, spawn or first use): a connection of our own
+            self._fs, self._path = filesystem(self.url, self.storage_options, fresh=self._pid != -1)
+            self._pid = os.getpid()
+        return self._fs, self._path
+
+    def __getstate__(self) -> dict:
+        return {"url": self.url, "storage_options": self.storage_options, "size": self.size}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["url"], state["storage_options"], state["size"])  # type: ignore[misc]
+
+    def __len__(self) -> int:
+        return self.size
+
+    def hint(self, start: int, end: int) -> None:
+        """The next read will be of ``[start, end)``: fetch exactly that on a miss."""
+        self._hint = (start, end)
+
+    def _fetch(self, start: int, end: int) -> None:
+        fs, path = self._filesystem()
+        try:
+            data = fs.cat_file(path, start=start, end=end)
+        except Exception as e:  # noqa: BLE001
+            raise _translate(self.url, e) from None
+        self.requests += 1
+        self._block_start, self._block = start, data
+
+    def __getitem__(self, s: slice) -> bytes:
+        start, stop, _ = s.indices(self.size)
+        if stop <= start:
+            return b""
+        b0 = self._block_start
+        if not (b0 <= start and stop <= b0 + len(self._block)):
+            hint, self._hint = self._hint, None
+            if hint is not None and hint[0] <= start and stop <= hint[1]:
+                self._fetch(hint[0], min(hint[1], self.size))
+            else:
+                self._fetch(start, min(self.size, max(stop, start + READAHEAD)))
+            b0 = self._block_start
+        return self._block[start - b0 : stop - b0]
+
+    def find(self, sub: bytes, start: int = 0) -> int:
+        pos = start
+        while pos < self.size:
+            end = min(self.size, pos + READAHEAD)
+            chunk = self[pos:end]
+            i = chunk.find(sub)
+            if i >= 0:
+                return pos + i
+            if end >= self.size:
+                return -1
+            pos = end - len(sub) + 1
+        return -1
+
+    def close(self) -> None:
+        self._block = b""
