@@ -68,8 +68,50 @@ def plural(n: int, one: str, many: str = "") -> str:
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 
 
+class _Parsed(click.ParamType):
+    """An option value read by a library parser; the parser's ValueError becomes a usage error."""
+
+    def __init__(self, name: str, parse):
+        self.name, self._parse = name, parse
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        try:
+            return self._parse(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+class _PathOrURL(click.ParamType):
+    """A local file (or folder) that exists, or a URL (s3://, gs://, memory://, ...) read through fsspec."""
+
+    def __init__(self, folder: bool = False):
+        self.name = "FOLDER" if folder else "FILE"
+        self._path = click.Path(exists=True, file_okay=not folder, dir_okay=folder)
+
+    def convert(self, value, param, ctx):
+        if storage.is_url(value):
+            return value
+        return self._path.convert(value, param, ctx)
+
+
+rec_argument = click.argument("rec", type=_PathOrURL())
+storage_option = click.option(
+    "--storage-option",
+    "storage_options",
+    multiple=True,
+    type=_Parsed("KEY=VALUE", storage.parse_storage_option),
+    help="For URLs: an fsspec option (repeat), e.g. endpoint_url=http://127.0.0.1:9000, anon=true; credentials otherwise come from the environment.",
+)
+
+
+def _options(pairs) -> Optional[dict]:
+    return storage.merge_options(pairs) or None
+
+
 @main.command("list")
-@click.argument("root", type=click.Path(exists=True, file_okay=False, dir_okay=True))
+@click.argument("root", type=_PathOrURL(folder=True))
 @click.argument("prefix", type=click.Path(dir_okay=False))
 @click.option(
     "--exts",
@@ -91,8 +133,9 @@ quiet_option = click.option("--quiet", "-q", is_flag=True, help="Print nothing b
 @click.option("--seed", type=int, default=100, show_default=True, help="Seed of the shuffle; 100 gives im2rec.py's lists.")
 @click.option("--stratify", is_flag=True, help="Split every class in the train/val/test ratios, so small classes reach val and test.")
 @quiet_option
+@storage_option
 @translate_errors
-def list_command(root, prefix, exts, recursive, train_ratio, test_ratio, chunks, shuffle, seed, stratify, quiet):
+def list_command(root, prefix, exts, recursive, train_ratio, test_ratio, chunks, shuffle, seed, stratify, quiet, storage_options):
     """Walk ROOT and write the .lst files of PREFIX.
 
     Each line is `index TAB label TAB path`, the path relative to ROOT. Each
@@ -107,6 +150,7 @@ def list_command(root, prefix, exts, recursive, train_ratio, test_ratio, chunks,
                                                       # data/ds_train.lst, _val.lst, _test.lst
       im2rec list images/ data/ds --chunks 4          # data/ds_0.lst ... data/ds_3.lst
       im2rec list images/ data/flat --no-recursive --exts .jpg --exts .webp
+      im2rec list s3://bucket/images data/train       # an object store's prefix
 
     Exit status: 0 on success, 1 when nothing can be listed (no image, unwritable
     output), 2 for usage errors.
@@ -123,7 +167,7 @@ def list_command(root, prefix, exts, recursive, train_ratio, test_ratio, chunks,
         seed=seed,
         stratify=stratify,
     )
-    result = listing.make_lists(root, prefix, options)
+    result = listing.make_lists(root, prefix, options, storage_options=_options(storage_options))
     for skipped in result.skipped:
         click.echo(f"skipped {skipped.path!r}: {skipped.reason}", err=True)
     others = listing.skipped_exts_line(result.other_exts, options.exts)
@@ -133,21 +177,6 @@ def list_command(root, prefix, exts, recursive, train_ratio, test_ratio, chunks,
         for path, count in result.lists.items():
             click.echo(f"{path}: {plural(count, 'image')}")
         click.echo(f"{result.classes_path}: {plural(len(result.classes), 'class', 'classes')}")
-
-
-class _Parsed(click.ParamType):
-    """An option value read by a library parser; the parser's ValueError becomes a usage error."""
-
-    def __init__(self, name: str, parse):
-        self.name, self._parse = name, parse
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, int):
-            return value
-        try:
-            return self._parse(str(value))
-        except ValueError as e:
-            self.fail(str(e), param, ctx)
 
 
 class _Bar(packing.Progress):
@@ -316,29 +345,6 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
         raise click.ClickException(f"{summary.failed:,} image(s) failed (--strict); see {summary.outputs.failed}")
 
 
-class _RecPath(click.ParamType):
-    """A .rec that exists locally, or a URL (s3://, gs://, memory://, ...) read through fsspec."""
-
-    name = "REC"
-
-    def convert(self, value, param, ctx):
-        if storage.is_url(value):
-            return value
-        return click.Path(exists=True, dir_okay=False).convert(value, param, ctx)
-
-
-rec_argument = click.argument("rec", type=_RecPath())
-storage_option = click.option(
-    "--storage-option",
-    "storage_options",
-    multiple=True,
-    type=_Parsed("KEY=VALUE", storage.parse_storage_option),
-    help="For URLs: an fsspec option (repeat), e.g. endpoint_url=http://127.0.0.1:9000, anon=true; credentials otherwise come from the environment.",
-)
-
-
-def _options(pairs) -> Optional[dict]:
-    return storage.merge_options(pairs) or None
 
 
 def _pack_with_dask(lst, root, out, options, address, num_parts, merge, strict, quiet):
@@ -618,7 +624,7 @@ def extract_command(rec, outdir, flat, overwrite, quiet, storage_options):
 
 
 @main.command("index")
-@click.argument("recs", metavar="REC...", nargs=-1, required=True, type=_RecPath())
+@click.argument("recs", metavar="REC...", nargs=-1, required=True, type=_PathOrURL())
 @click.option("--idx", "idx_path", type=click.Path(dir_okay=False), default=None, help="Where to write [default: REC with .idx].")
 @click.option("--combined", "combined_path", metavar="OUT.idx", type=click.Path(dir_okay=False), default=None, help="Write one .idx for all the RECs read as one, in the given order: what DALI's fn.readers.mxnet needs for several .rec files (its offsets count across them).")
 @click.option("--keys", type=click.Choice(["id", "counter"]), default="id", show_default=True, help="id: each record's header id (im2rec.py's keys); counter: 0, 1, 2, ... (DALI's rec2idx).")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from . import storage
 from .errors import ListingError
 from .fsutil import commit, make_parents, remove_quietly, temp_path
 from .lst import ListEntry, unstorable_reason, write_lst
@@ -202,6 +203,42 @@ def scan_images(root: str, exts: Sequence[str], recursive: bool, hidden: bool = 
     return Scan(entries, classes, skipped, other_exts)
 
 
+def scan_paths(paths: Sequence[str], exts: Sequence[str], recursive: bool, hidden: bool = False) -> Scan:
+    """``scan_images`` for a listing of relative ``/``-separated file paths (an object store's
+    prefix): the same order (a folder's files, sorted, before its sub-folders) and labels."""
+    exts = tuple(exts)
+    entries: List[ListEntry] = []
+    labels: Dict[str, Tuple[float]] = {}
+    skipped: List[Skipped] = []
+    other_exts: Counter = Counter()
+
+    def walk_key(rel: str) -> Tuple[Tuple[int, str], ...]:
+        parts = rel.split("/")
+        return tuple((1, p) for p in parts[:-1]) + ((0, parts[-1]),)
+
+    for rel in sorted(paths, key=walk_key):
+        parts = rel.split("/")
+        if not hidden and any(p.startswith(".") for p in parts):
+            continue
+        if not recursive and len(parts) > 1:
+            continue
+        ext = os.path.splitext(parts[-1])[1].lower()
+        if ext not in exts:
+            other_exts[ext] += 1
+            continue
+        reason = unstorable_reason(rel)
+        if reason:
+            skipped.append(Skipped(rel, reason))
+            continue
+        folder = "/".join(parts[:-1])
+        label = labels.get(folder)
+        if label is None:
+            label = labels[folder] = (float(len(labels)),)
+        entries.append(ListEntry(len(entries), label, rel))
+    classes = [(int(label[0]), folder or ".") for folder, label in labels.items()]
+    return Scan(entries, classes, skipped, other_exts)
+
+
 def _split_counts(n: int, train: float, test: float) -> Tuple[int, int]:
     """(test, train) counts for one class of n items: largest remainders, and every
     split with a non-zero ratio gets at least one item when n allows it."""
@@ -274,11 +311,12 @@ def list_names(prefix: str, options: ListOptions) -> List[str]:
     return [path for path, _ in _planned_lists(prefix, [], options)]
 
 
-def make_lists(root: str, prefix: str, options: ListOptions = ListOptions()) -> ListResult:
+def make_lists(root: str, prefix: str, options: ListOptions = ListOptions(), storage_options: Optional[dict] = None) -> ListResult:
     """Walk ``root`` and write the ``.lst`` files of ``prefix`` and ``PREFIX.classes.tsv``.
 
     Args:
-        root: the image folder (one sub-folder per class when ``recursive``).
+        root: the image folder (one sub-folder per class when ``recursive``), or a URL
+            prefix in an object store (``s3://bucket/images``, read with ``storage_options``).
         prefix: output path prefix; ``PREFIX.lst``, ``PREFIX_train.lst``, ``PREFIX_0.lst`` ...
         options: see ListOptions.
 
@@ -290,12 +328,15 @@ def make_lists(root: str, prefix: str, options: ListOptions = ListOptions()) -> 
             invalid. No file is written then; files appear whole or not at all.
     """
     options.validate()
-    if not os.path.exists(root):
-        raise ListingError(f"{root}: no such folder")
-    if not os.path.isdir(root):
-        raise ListingError(f"{root}: not a folder")
     exts = tuple(options.exts) if options.legacy else normalize_exts(options.exts)
-    scan = scan_images(root, exts, options.recursive, hidden=options.legacy)
+    if storage.is_url(root):  # an object store's prefix: the same lists as for a local copy of it
+        scan = scan_paths(storage.list_files(root, options.recursive, storage_options), exts, options.recursive, hidden=options.legacy)
+    else:
+        if not os.path.exists(root):
+            raise ListingError(f"{root}: no such folder")
+        if not os.path.isdir(root):
+            raise ListingError(f"{root}: not a folder")
+        scan = scan_images(root, exts, options.recursive, hidden=options.legacy)
     if not scan.entries:
         where = "in it or its sub-folders" if options.recursive else "directly in it (try --recursive)"
         others = skipped_exts_line(scan.other_exts, exts)

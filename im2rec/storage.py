@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .errors import Im2recError
 
-__all__ = ["is_url", "RemoteSource", "filesystem", "read_bytes", "write_bytes", "exists", "parse_storage_option", "merge_options"]
+__all__ = ["is_url", "RemoteSource", "filesystem", "list_files", "read_bytes", "write_bytes", "exists", "parse_storage_option", "merge_options"]
 
 _URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 READAHEAD = 4 << 20  # bytes fetched at once when reading in order
@@ -126,6 +126,21 @@ def write_bytes(url: str, data: bytes, storage_options: Optional[Mapping[str, An
         fs.pipe_file(path, data)
     except Exception as e:  # noqa: BLE001
         raise _translate(url, e) from None
+
+
+def list_files(url: str, recursive: bool = True, storage_options: Optional[Mapping[str, Any]] = None) -> List[str]:
+    """The objects under the prefix ``url`` (a "folder"), as ``/``-separated paths relative to it.
+
+    Raises:
+        StorageError: the prefix cannot be listed (a missing bucket, denied access).
+    """
+    fs, path = filesystem(url, storage_options)
+    path = path.rstrip("/")
+    try:
+        found = fs.find(path, maxdepth=None if recursive else 1, withdirs=False)
+    except Exception as e:  # noqa: BLE001
+        raise _translate(url, e) from None
+    return [p[len(path) + 1 :] for p in found if p.startswith(path + "/")]
 
 
 class RemoteSource:

@@ -30,6 +30,11 @@ def s3(data_dir):
         fs.put(str(data_dir / "im2rec_pack_pass" / f"all.{ext}"), f"data/all.{ext}")
     for name in ("train.rec", "train.idx"):
         fs.put(str(data_dir / "insightface" / name), f"data/faces/{name}")
+    for path in sorted((data_dir / "tree").rglob("*")):
+        if path.is_file():
+            fs.put(str(path), f"data/tree/{path.relative_to(data_dir / 'tree').as_posix()}")
+    fs.pipe_file("data/tree/cats/.hidden.jpg", b"hidden")
+    fs.pipe_file("data/tree/dogs/logo.svg", b"<svg/>")
     yield endpoint
     server.stop()
     for k, v in saved.items():
@@ -145,3 +150,17 @@ def test_memory_and_file_urls(data_dir, tmp_path):
         assert [remote.read_idx(k) for k in local.keys] == [local.read_idx(k) for k in local.keys], base
         result = run("verify", f"{base}/all.rec", "--decode")
         assert result.exit_code == 0 and result.stdout == f"{base}/all.rec: 14 records, 14 images decoded, 0 problems\n"
+
+
+def test_list_an_s3_prefix_gives_the_lists_of_a_local_copy(s3, data_dir, tmp_path):
+    result = run("list", "s3://data/tree", tmp_path / "all")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "all.lst").read_bytes() == (data_dir / "im2rec" / "all.lst").read_bytes()
+    assert result.stderr == "skipped 1 file: 1 .svg\n"  # the hidden one is skipped silently, as locally
+    result = run("list", "s3://data/tree/", tmp_path / "split", "--train-ratio", "0.6", "--test-ratio", "0.2", "-q")
+    for part in ("train", "val", "test"):
+        assert (tmp_path / f"split_{part}.lst").read_bytes() == (data_dir / "im2rec" / f"split_{part}.lst").read_bytes()
+    result = run("list", "s3://data/tree", tmp_path / "flat", "--no-recursive", "-q")
+    assert (tmp_path / "flat.lst").read_bytes() == (data_dir / "im2rec" / "flat.lst").read_bytes()
+    result = run("list", "s3://no-such-bucket/images", tmp_path / "x")
+    assert result.exit_code == 1 and result.stderr.startswith("Error: s3://no-such-bucket/images: ")
