@@ -216,8 +216,8 @@ def _raise_terminated(signum, frame):
 
 
 @main.command("pack")
-@click.argument("lst", metavar="LIST", type=click.Path(exists=True, dir_okay=False))
-@click.argument("root", type=click.Path(exists=True, file_okay=False))
+@click.argument("lst", metavar="LIST", type=_PathOrURL())
+@click.argument("root", type=_PathOrURL(folder=True))
 @click.argument("out", required=False, type=click.Path(dir_okay=False))
 @click.option("--resize", type=click.IntRange(min=0), default=0, show_default=True, help="Resize so the shorter edge is N pixels (0: keep the size).")
 @click.option("--center-crop", is_flag=True, help="Crop the central square first.")
@@ -244,8 +244,9 @@ def _raise_terminated(signum, frame):
 @click.option("--dask", "dask_address", metavar="ADDRESS", default=None, help="Run the parts as tasks on a Dask cluster (tcp://host:8786, or 'local'), then merge them. Needs im2rec[dask].")
 @click.option("--no-merge", is_flag=True, help="With --dask: keep the parts, do not merge them.")
 @quiet_option
+@storage_option
 @translate_errors
-def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, pass_through, inter_method, full_decode, max_pixels, pack_label, label_width, layout, allow_outside_root, workers, strict, max_errors, overwrite, resume, stats_path, num_parts, part_index, shard_size, dask_address, no_merge, quiet):
+def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, pass_through, inter_method, full_decode, max_pixels, pack_label, label_width, layout, allow_outside_root, workers, strict, max_errors, overwrite, resume, stats_path, num_parts, part_index, shard_size, dask_address, no_merge, quiet, storage_options):
     """Pack the images of LIST (paths relative to ROOT) into OUT.rec and OUT.idx.
 
     OUT defaults to LIST with .rec. Each record holds the list index as its id and
@@ -267,6 +268,7 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
       im2rec pack train.lst images/ out.rec --dask tcp://scheduler:8786    # on a Dask cluster
       im2rec pack train.lst images/ out.rec --shard-size 1GB               # out-00000.rec, ...
       im2rec pack faces.lst faces/ out/train.rec --resize 112 --layout insightface
+      im2rec pack train.lst s3://bucket/images s3://bucket/out/train.rec --resize 256
 
     \b
     Exit status:
@@ -300,6 +302,8 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
         raise click.UsageError("--shard-size cannot be combined with --part-index, --dask or --resume")
     if dask_address is not None and stats_path is not None:
         raise click.UsageError("--stats is written by single runs and parts, not yet by --dask")
+    if dask_address is not None and any(storage.is_url(x) for x in (lst, root, out)):
+        raise click.UsageError("--dask with URLs is not supported yet: its parts and merge need shared local storage")
     if layout == "insightface" and (shard_size is not None or pack_label or (label_width or 1) > 1):
         raise click.UsageError("--layout insightface has one identity label per image: no --shard-size, --pack-label or --label-width N")
     options = packing.PackOptions(
@@ -315,6 +319,7 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
         shard_size=shard_size,
         allow_outside_root=allow_outside_root,
         layout=layout,
+        storage_options=_options(storage_options),
     )
     if dask_address is not None:
         _pack_with_dask(lst, root, out, options, dask_address, num_parts if num_parts > 1 else None, not no_merge, strict, quiet)

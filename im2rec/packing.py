@@ -34,6 +34,8 @@ import itertools
 import json
 import logging
 import os
+import posixpath
+import tempfile
 import time
 from array import array
 from collections import Counter
@@ -43,9 +45,9 @@ from typing import IO, Callable, Iterable, Iterator, List, NamedTuple, Optional,
 
 import numpy as np
 
-from . import __version__, faces, recordio
+from . import __version__, faces, recordio, storage
 from .errors import ImageError, ListFormatError, PackError, TooManyFailures
-from .fsutil import WriteBehind, commit, make_parents, remove_quietly
+from .fsutil import WriteBehind, atomic_open, commit, make_parents, remove_quietly
 from .image import ImageOptions, init_worker, transform
 from .lst import format_label, iter_lst
 from .pool import OrderedPool
@@ -106,6 +108,7 @@ class PackOptions:
             (RecBuilder's face-recognition layout, see ``faces``: labels must be integer
             identity ids). A part of an insightface pack is written plain; ``merge``
             with ``layout="insightface"`` lays the whole out.
+        storage_options: fsspec's options when ROOT or the output is a URL.
     """
 
     image: ImageOptions = field(default_factory=ImageOptions)
@@ -121,6 +124,7 @@ class PackOptions:
     in_process: bool = False
     allow_outside_root: bool = False
     layout: str = "plain"
+    storage_options: Optional[dict] = None  # fsspec's, for a ROOT or an output that is a URL
 
     def __post_init__(self) -> None:
         if self.label_width is not None and self.label_width < 1:
@@ -162,6 +166,7 @@ class Task(NamedTuple):
     label: Union[float, Tuple[float, ...]]
     path: str  # as written in the .lst
     file: str  # root joined with path
+    data: Union[bytes, Tuple[str, str], None] = None  # fetched bytes (a URL ROOT), or (kind, reason) of a failed fetch
 
 
 class Result(NamedTuple):
@@ -192,6 +197,7 @@ class PackSummary:
     manifest: Optional[str] = None  # with shard_size: the manifest, and the shards
     shards: List[str] = field(default_factory=list)
     header_split: List[int] = field(default_factory=list)  # keys of records split inside their header
+    retried: int = 0  # a URL ROOT: requests retried after a transient failure
     identities: Optional[int] = None  # insightface layout: identity records written
 
     @property
@@ -330,8 +336,28 @@ def check_list(lst: str, opts: PackOptions) -> ListCheck:
 
 def iter_tasks(lst: str, root: str, opts: PackOptions, start: int = 0, stop: Optional[int] = None) -> Iterator[Task]:
     """The list's entries at positions ``[start, stop)`` as Tasks, read lazily."""
+    join = storage.join if storage.is_url(root) else os.path.join
     for seq, (_, entry) in enumerate(iter_lst(lst, start, stop), start):
-        yield Task(seq, entry.index, _label_of(entry.labels, opts), entry.path, os.path.join(root, entry.path))
+        yield Task(seq, entry.index, _label_of(entry.labels, opts), entry.path, join(root, entry.path))
+
+
+def _fetching(tasks: Iterable[Task], opts: PackOptions, summary: "PackSummary") -> Iterator[Task]:
+    """Tasks with their images' bytes, fetched from a URL ROOT concurrently ahead of the encoders."""
+    stats = storage.FetchStats()
+    try:
+        for task, data in storage.fetch_in_order(tasks, lambda t: t.file, opts.storage_options, stats=stats):
+            if isinstance(data, storage.StorageError):
+                kind = "missing" if "no such object" in str(data) else "unreadable"
+                yield task._replace(data=(kind, _reason_of(data, task.file)))
+            else:
+                yield task._replace(data=data)
+    finally:
+        summary.retried += stats.retried
+
+
+def _reason_of(error: Exception, url: str) -> str:
+    text = str(error)
+    return text[len(url) + 2 :] if text.startswith(url + ": ") else text
 
 
 #: How many entries ``check_root`` looks at before deciding that ROOT is the wrong folder.
@@ -347,7 +373,8 @@ def check_root(lst: str, root: str, opts: PackOptions, start: int = 0, stop: Opt
         PackError: the first ``ROOT_SAMPLE`` entries (or all, if fewer) are all missing.
     """
     looked = [t.file for t in itertools.islice(iter_tasks(lst, root, opts, start, stop), ROOT_SAMPLE)]
-    if looked and not any(os.path.lexists(f) for f in looked):
+    there = (lambda f: storage.exists(f, opts.storage_options)) if storage.is_url(root) else os.path.lexists
+    if looked and not any(there(f) for f in looked):
         which = f"the first {len(looked)}" if len(looked) == ROOT_SAMPLE else f"the {len(looked)}"
         raise PackError(
             f"{root}: none of {which} images of {lst} is there (the first would be {looked[0]}); "
@@ -375,7 +402,9 @@ def _read_file(path: str) -> bytes:
 def encode_record(task: Task, opts: ImageOptions) -> Result:
     """Read, transform and pack one image. Never raises: a failure is a Result with a reason."""
     try:
-        body = transform(_read_file(task.file), opts, task.index)
+        if isinstance(task.data, tuple):  # the fetch from a URL ROOT failed
+            return Result(task, None, task.data[0], task.data[1])
+        body = transform(task.data if task.data is not None else _read_file(task.file), opts, task.index)
         payload = recordio.pack(recordio.IRHeader(0, task.label, task.index, 0), body)
         if len(payload) > recordio.MAX_RECORD_SIZE:
             return Result(task, None, "too-large", f"record of {len(payload):,} bytes is above RecordIO's 2**29-byte limit")
@@ -461,7 +490,8 @@ def _fingerprint(lst: str, root: str, opts: PackOptions) -> dict:
     with open(lst, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
-    return {"list": os.path.abspath(lst), "list_sha256": h.hexdigest(), "root": os.path.abspath(root), "options": opts.output_affecting()}
+    root = root if storage.is_url(root) else os.path.abspath(root)
+    return {"list": os.path.abspath(lst), "list_sha256": h.hexdigest(), "root": root, "options": opts.output_affecting()}
 
 
 def _resume(
@@ -581,13 +611,21 @@ def pack(
     progress = progress or Progress()
     started = time.perf_counter()
     out_rec = out_rec or os.path.splitext(lst)[0] + ".rec"
+    if storage.is_url(lst):  # read many times: a local copy, kept with the staged outputs
+        local = os.path.join(staging_dir(lst), posixpath.basename(lst))
+        make_output_folder(local)
+        with atomic_open(local, "wb") as f:
+            f.write(storage.read_bytes(lst, opts.storage_options))
+        lst = local
+    if storage.is_url(out_rec):
+        return _pack_to_url(lst, root, out_rec, opts, progress, started)
     if opts.layout == "insightface" and opts.part_index is None:
         return _pack_insightface(lst, root, out_rec, opts, progress, started)
     if opts.part_index is not None:
         out_rec = part_path(out_rec, opts.part_index, opts.num_parts)
     out = Outputs.for_rec(out_rec)
     summary = PackSummary(lst, root, out)
-    if not os.path.isdir(root):
+    if not storage.is_url(root) and not os.path.isdir(root):
         raise PackError(f"{root}: no such folder")
     if opts.resume and not opts.overwrite and all(os.path.exists(p) for p in out.finals) and not os.path.exists(out.state):
         summary.already_complete = summary.complete = True  # an earlier run finished: nothing to do
@@ -620,6 +658,46 @@ def pack(
             keys,
         )
     summary.complete = True
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def staging_dir(url: str) -> str:
+    """The local folder where the outputs for ``url`` grow (kept for ``--resume``), then are uploaded from:
+    ``$IM2REC_STAGING`` or the system's temporary folder, one sub-folder per output URL."""
+    base = os.environ.get("IM2REC_STAGING") or os.path.join(tempfile.gettempdir(), "im2rec-staging")
+    return os.path.join(base, hashlib.sha256(url.encode()).hexdigest()[:16])
+
+
+def _pack_to_url(lst: str, root: str, out_url: str, opts: PackOptions, progress: Progress, started: float) -> PackSummary:
+    """Pack into a local staging folder (resumable), then upload each output so that it appears
+    under its URL only complete (a multipart upload, aborted on failure); the index goes last."""
+    if opts.shard_size is not None:
+        raise PackError(f"{out_url}: --shard-size writes local shards only (for now): pack them locally, then copy")
+    local_rec = os.path.join(staging_dir(out_url), posixpath.basename(out_url))
+    folder = out_url.rsplit("/", 1)[0]
+    name = os.path.basename(part_path(local_rec, opts.part_index, opts.num_parts) if opts.part_index is not None else local_rec)
+    final = Outputs.for_rec(storage.join(folder, name))
+    staged = Outputs.for_rec(os.path.join(os.path.dirname(local_rec), name))
+    finals_there = [url for url in (final.rec, final.idx) if storage.exists(url, opts.storage_options)]
+    if opts.resume and len(finals_there) == 2 and not any(os.path.exists(p) for p in (*staged.partials, *staged.finals)):
+        return PackSummary(lst, root, final, already_complete=True, complete=True)  # uploaded by an earlier run
+    if finals_there and not opts.overwrite and not opts.resume:
+        raise PackError(f"{finals_there[0]} exists: pass --overwrite to replace it")
+    summary = pack(lst, root, local_rec, opts, progress)
+    outputs = summary.outputs
+    locals_ = [outputs.rec, outputs.failed]
+    if opts.layout == "insightface" and opts.part_index is None:
+        locals_.append(os.path.join(os.path.dirname(outputs.rec), "property"))
+    locals_.append(outputs.idx)  # readers look for the .idx: it appears once the rest is there
+    url_of = {path: storage.join(folder, os.path.basename(path)) for path in locals_}
+    if not summary.already_complete:
+        for path in locals_:
+            if os.path.exists(path):
+                storage.upload(path, url_of[path], opts.storage_options)
+        for path in locals_:
+            remove_quietly(path)
+    summary.outputs = Outputs(url_of[outputs.rec], url_of[outputs.idx], url_of[outputs.failed])
     summary.seconds = time.perf_counter() - started
     return summary
 
@@ -695,6 +773,8 @@ def _pack_single(lst: str, root: str, opts: PackOptions, progress: Progress, sum
                 with _encoder(opts) as encode:  # before the bar: tqdm's monitor thread would rule out fork
                     progress.start(summary.images, first - start)
                     tasks = iter_tasks(lst, root, opts, first, stop)
+                    if storage.is_url(root):
+                        tasks = _fetching(tasks, opts, summary)
                     _write(encode(tasks), writer, failed_file, summary, opts, progress, WriteBehind(rec_file))
                 summary.bytes = writer.tell()
         for tmp, final in zip(out.partials, out.finals):
@@ -722,7 +802,10 @@ def _pack_sharded(lst: str, root: str, opts: PackOptions, progress: Progress, su
             failed_file.write(FAILED_HEADER)
             with _encoder(opts) as encode:
                 progress.start(summary.images, 0)
-                _write(encode(iter_tasks(lst, root, opts)), writer, failed_file, summary, opts, progress)
+                tasks = iter_tasks(lst, root, opts)
+                if storage.is_url(root):
+                    tasks = _fetching(tasks, opts, summary)
+                _write(encode(tasks), writer, failed_file, summary, opts, progress)
             summary.bytes = writer.tell()
         summary.manifest = writer.commit()
         summary.shards = [s.rec for s in writer.shards]
@@ -754,6 +837,7 @@ def summary_line(s: PackSummary) -> str:
         f"packed {s.packed:,} of {s.images:,} images{resumed} into {into} ({s.bytes / 1e6:,.1f} MB) "
         f"in {s.seconds:.1f} s ({rate:,.0f} images/s); "
         + (f"{s.failed:,} failed ({failed}), listed in {s.outputs.failed}" if s.failed else "0 failed")
+        + (f"; {s.retried:,} requests retried" if s.retried else "")
     )
 
 
@@ -790,7 +874,7 @@ def write_stats(path: str, summary: PackSummary, options: PackOptions, argv: Opt
         "im2rec": __version__,
         "argv": argv,
         "list": os.path.abspath(s.lst),
-        "root": os.path.abspath(s.root),
+        "root": s.root if storage.is_url(s.root) else os.path.abspath(s.root),
         "options": dataclasses.asdict(options),
         "complete": s.complete,
         "counts": {"images": s.images, "packed": s.packed, "failed": s.failed, "failed_by_reason": dict(sorted(s.failures.items()))},

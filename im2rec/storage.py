@@ -16,14 +16,30 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+import itertools
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
 
 from .errors import Im2recError
 
-__all__ = ["is_url", "RemoteSource", "filesystem", "list_files", "read_bytes", "write_bytes", "exists", "parse_storage_option", "merge_options"]
+__all__ = [
+    "is_url",
+    "join",
+    "RemoteSource",
+    "filesystem",
+    "list_files",
+    "read_bytes",
+    "write_bytes",
+    "exists",
+    "fetch_in_order",
+    "upload",
+    "upload_stream",
+    "parse_storage_option",
+    "merge_options",
+]
 
 _URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 READAHEAD = 4 << 20  # bytes fetched at once when reading in order
+T = TypeVar("T")
 
 
 class StorageError(Im2recError):
@@ -141,6 +157,154 @@ def list_files(url: str, recursive: bool = True, storage_options: Optional[Mappi
     except Exception as e:  # noqa: BLE001
         raise _translate(url, e) from None
     return [p[len(path) + 1 :] for p in found if p.startswith(path + "/")]
+
+
+def join(root: str, path: str) -> str:
+    """``root/path`` for a URL root."""
+    return root.rstrip("/") + "/" + path
+
+
+#: How often a transient failure (a timeout, a 5xx, throttling, a dropped connection) is retried.
+RETRIES = 4
+RETRY_DELAY = 0.2  # seconds before the first retry; doubled each time
+
+
+class FetchStats:
+    """What ``fetch_in_order`` did: objects fetched, requests retried."""
+
+    def __init__(self) -> None:
+        self.fetched = 0
+        self.retried = 0
+
+
+def _permanent(e: BaseException) -> bool:
+    return isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError))
+
+
+def fetch_in_order(
+    items: Iterator[T],
+    url_of: Callable[[T], str],
+    storage_options: Optional[Mapping[str, Any]] = None,
+    batch: int = 32,
+    window: int = 4,
+    stats: Optional[FetchStats] = None,
+) -> Iterator[Tuple[T, Union[bytes, StorageError]]]:
+    """Yield ``(item, bytes)`` for each item, in order, fetching ``batch`` objects at once
+    (concurrently, where the store's driver is asynchronous, as s3fs and gcsfs are) in a
+    background thread that stays at most ``window`` batches ahead.
+
+    An object that cannot be fetched gives a StorageError in place of its bytes: at once
+    when it is missing or access is denied, after ``RETRIES`` retries with backoff for
+    anything else (timeouts, 5xx, throttling, dropped connections).
+    """
+    import queue
+    import threading
+    import time
+
+    stats = stats if stats is not None else FetchStats()
+    out: "queue.Queue[Any]" = queue.Queue(maxsize=window)
+    stop = threading.Event()
+    fs_cache: Dict[str, Any] = {}
+
+    def fs_for(url: str) -> Tuple[Any, str]:
+        if "fs" not in fs_cache:
+            fs_cache["fs"] = filesystem(url, storage_options)[0]
+        fs = fs_cache["fs"]
+        return fs, fs._strip_protocol(url)
+
+    def fetch(urls: List[str]) -> List[Union[bytes, StorageError]]:
+        fs, _ = fs_for(urls[0])
+        paths = [fs._strip_protocol(u) for u in urls]
+        results: Dict[str, Any] = {}
+        todo = list(dict.fromkeys(paths))
+        delay = RETRY_DELAY
+        for attempt in range(RETRIES + 1):
+            try:
+                got = fs.cat(todo, on_error="return") if len(todo) > 1 else {todo[0]: fs.cat_file(todo[0])}
+            except Exception as e:  # noqa: BLE001 - a failure of the whole batch: each is retried
+                got = {p: e for p in todo}
+            results.update(got)
+            todo = [p for p in todo if isinstance(results.get(p), BaseException) and not _permanent(results[p])]
+            if not todo or attempt == RETRIES:
+                break
+            stats.retried += len(todo)
+            time.sleep(delay)
+            delay *= 2
+        return [
+            _translate(url, results[p]) if isinstance(results.get(p), BaseException) else results[p]
+            for url, p in zip(urls, paths)
+        ]
+
+    def feed() -> None:
+        try:
+            it = iter(items)
+            while not stop.is_set():
+                chunk = list(itertools.islice(it, batch))
+                if not chunk:
+                    break
+                data = fetch([url_of(x) for x in chunk])
+                stats.fetched += len(chunk)
+                out.put(list(zip(chunk, data)))
+            out.put(None)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            out.put(e)
+
+    thread = threading.Thread(target=feed, name="im2rec-fetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            got = out.get()
+            if got is None:
+                return
+            if isinstance(got, BaseException):
+                raise got
+            yield from got
+    finally:
+        stop.set()
+        while thread.is_alive():  # let the feeder see the stop and exit
+            try:
+                out.get_nowait()
+            except queue.Empty:
+                thread.join(0.05)
+
+
+def upload(local: str, url: str, storage_options: Optional[Mapping[str, Any]] = None) -> None:
+    """Copy a local file to ``url`` so that the object appears only complete; see ``upload_stream``."""
+    with open(local, "rb") as src:
+        upload_stream(src, url, storage_options)
+
+
+def upload_stream(src: Any, url: str, storage_options: Optional[Mapping[str, Any]] = None) -> None:
+    """Copy a readable binary stream to ``url`` so that the object appears only complete: on S3
+    a multipart upload completed at the end and aborted on any failure or interrupt (no
+    orphaned parts left behind).
+
+    Raises:
+        StorageError: the upload failed (an OSError of the store or of ``src``); nothing is
+            left under ``url``. Anything else, an interrupt included, is raised as it is,
+            after the abort.
+    """
+    import shutil
+
+    fs, path = filesystem(url, storage_options)
+    try:
+        f = fs.open(path, "wb")
+    except Exception as e:  # noqa: BLE001
+        raise _translate(url, e) from None
+    try:
+        shutil.copyfileobj(src, f, 16 << 20)
+    except BaseException as e:
+        discard = getattr(f, "discard", None)  # s3fs: abort the multipart upload
+        if discard is not None:
+            discard()
+        f.closed = True  # nothing to flush or complete any more
+        if isinstance(e, OSError) and not isinstance(e, FileNotFoundError):
+            raise _translate(url, e) from None
+        raise
+    try:
+        f.close()
+    except Exception as e:  # noqa: BLE001
+        raise _translate(url, e) from None
 
 
 class RemoteSource:

@@ -164,3 +164,90 @@ def test_list_an_s3_prefix_gives_the_lists_of_a_local_copy(s3, data_dir, tmp_pat
     assert (tmp_path / "flat.lst").read_bytes() == (data_dir / "im2rec" / "flat.lst").read_bytes()
     result = run("list", "s3://no-such-bucket/images", tmp_path / "x")
     assert result.exit_code == 1 and result.stderr.startswith("Error: s3://no-such-bucket/images: ")
+
+
+# --------------------------------------------------------------------------- pack with URLs
+
+
+def s3_bytes(key):
+    return s3fs.S3FileSystem(skip_instance_cache=True).cat_file(key)
+
+
+def s3_exists(key):
+    return s3fs.S3FileSystem(skip_instance_cache=True).exists(key)
+
+
+@pytest.mark.parametrize("options", [["--pass-through"], ["--resize", "64", "--quality", "90", "--workers", "2"]])
+def test_pack_from_s3_to_s3_is_byte_identical_to_a_local_pack(s3, data_dir, tmp_path, monkeypatch, options):
+    monkeypatch.setenv("IM2REC_STAGING", str(tmp_path / "staging"))
+    golden = data_dir / ("im2rec_pack_pass" if options == ["--pass-through"] else "im2rec_pack_resize64")
+    out = f"s3://data/out-{len(options)}/all.rec"
+    result = run("pack", golden / "all.lst", "s3://data/tree", out, *options)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(f"packed 14 of 14 images into {out} (")
+    assert s3_bytes(out[5:]) == (golden / "all.rec").read_bytes()
+    assert s3_bytes(out[5:-4] + ".idx") == (golden / "all.idx").read_bytes()
+    assert s3_bytes(out[5:-4] + ".failed.tsv") == b"index\tpath\treason\n"
+    assert not list((tmp_path / "staging").rglob("*.rec"))  # uploaded, then removed from the staging folder
+    result = run("pack", golden / "all.lst", "s3://data/tree", out, *options)
+    assert result.exit_code == 1 and result.stderr == f"Error: {out} exists: pass --overwrite to replace it\n"
+    result = run("pack", golden / "all.lst", "s3://data/tree", out, *options, "--resume")
+    assert result.exit_code == 0 and result.stdout == f"{out} is already complete: nothing to resume\n"
+
+
+def test_pack_mixes_local_and_remote(s3, data_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("IM2REC_STAGING", str(tmp_path / "staging"))
+    golden = data_dir / "im2rec_pack_pass"
+    result = run("pack", "s3://data/all.lst", "s3://data/tree", tmp_path / "local.rec", "--pass-through", "-q")  # remote list and images
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "local.rec").read_bytes() == (golden / "all.rec").read_bytes()
+    result = run("pack", golden / "all.lst", data_dir / "tree", "s3://data/mixed/all.rec", "--pass-through", "-q")  # local in, remote out
+    assert result.exit_code == 0, result.output
+    assert s3_bytes("data/mixed/all.rec") == (golden / "all.rec").read_bytes()
+
+
+def test_pack_from_s3_reports_missing_objects_and_a_wrong_root(s3, data_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("IM2REC_STAGING", str(tmp_path / "staging"))
+    lines = (data_dir / "im2rec" / "all.lst").read_text().splitlines()
+    lines[3] = lines[3].rsplit("\t", 1)[0] + "\tcats/not-there.jpg"
+    (tmp_path / "m.lst").write_text("\n".join(lines) + "\n")
+    result = run("pack", tmp_path / "m.lst", "s3://data/tree", tmp_path / "m.rec", "--pass-through")
+    assert result.exit_code == 0, result.output
+    assert "packed 13 of 14 images" in result.stdout and "1 failed (1 missing)" in result.stdout
+    failed = (tmp_path / "m.failed.tsv").read_text().splitlines()[1].split("\t")
+    assert failed[1:] == ["cats/not-there.jpg", "missing: no such object (or its bucket does not exist)"]
+    result = run("pack", tmp_path / "m.lst", "s3://data/elsewhere", tmp_path / "w.rec", "--pass-through")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error: s3://data/elsewhere: none of the 14 images of ") and "s3://data/elsewhere/" in result.stderr
+    assert not (tmp_path / "w.rec").exists()
+
+
+def test_pack_insightface_layout_to_s3(s3, data_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("IM2REC_STAGING", str(tmp_path / "staging"))
+    face = data_dir / "insightface"
+    result = run("pack", face / "train.lst", face, "s3://data/faceset/train.rec", "--layout", "insightface", "--pass-through", "-q")
+    assert result.exit_code == 0, result.output
+    for name in ("train.rec", "train.idx", "property"):
+        assert s3_bytes(f"data/faceset/{name}") == (face / name).read_bytes(), name
+
+
+def test_a_failed_upload_leaves_nothing_under_the_key(s3):
+    """A source that fails after 8 MB (two parts of a multipart upload sent): the upload is aborted."""
+    from im2rec import storage
+
+    class FailingSource:
+        def __init__(self):
+            self.sent = 0
+
+        def read(self, n=-1):
+            if self.sent >= 8 << 20:
+                raise ConnectionResetError("the disk went away")
+            self.sent += 4 << 20
+            return b"x" * (4 << 20)
+
+    with pytest.raises(StorageError, match="^s3://data/partial/big.bin: ConnectionResetError: the disk went away$"):
+        storage.upload_stream(FailingSource(), "s3://data/partial/big.bin")
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    assert not fs.exists("data/partial/big.bin")
+    uploads = fs.call_s3("list_multipart_uploads", Bucket="data").get("Uploads", [])
+    assert [u["Key"] for u in uploads] == []  # aborted: no orphaned parts
