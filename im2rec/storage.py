@@ -274,7 +274,7 @@ def upload(local: str, url: str, storage_options: Optional[Mapping[str, Any]] = 
         upload_stream(src, url, storage_options)
 
 
-def upload_stream(src: Any, url: str, storage_options: Optional[Mapping[str, Any]] = None) -> None:
+def upload_stream(src: Any, url: str, storage_options: Optional[Mapping[str, Any]] = None, block_size: Optional[int] = None) -> None:
     """Copy a readable binary stream to ``url`` so that the object appears only complete: on S3
     a multipart upload completed at the end and aborted on any failure or interrupt (no
     orphaned parts left behind).
@@ -288,7 +288,7 @@ def upload_stream(src: Any, url: str, storage_options: Optional[Mapping[str, Any
 
     fs, path = filesystem(url, storage_options)
     try:
-        f = fs.open(path, "wb")
+        f = fs.open(path, "wb", **({"block_size": block_size} if block_size else {}))
     except Exception as e:  # noqa: BLE001
         raise _translate(url, e) from None
     try:

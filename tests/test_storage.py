@@ -232,7 +232,7 @@ def test_pack_insightface_layout_to_s3(s3, data_dir, tmp_path, monkeypatch):
 
 
 def test_a_failed_upload_leaves_nothing_under_the_key(s3):
-    """A source that fails after 8 MB (two parts of a multipart upload sent): the upload is aborted."""
+    """A source that fails after 12 MB (two 5 MB parts of a multipart upload sent): the upload is aborted."""
     from im2rec import storage
 
     class FailingSource:
@@ -240,13 +240,13 @@ def test_a_failed_upload_leaves_nothing_under_the_key(s3):
             self.sent = 0
 
         def read(self, n=-1):
-            if self.sent >= 8 << 20:
+            if self.sent >= 12 << 20:
                 raise ConnectionResetError("the disk went away")
             self.sent += 4 << 20
             return b"x" * (4 << 20)
 
     with pytest.raises(StorageError, match="^s3://data/partial/big.bin: ConnectionResetError: the disk went away$"):
-        storage.upload_stream(FailingSource(), "s3://data/partial/big.bin")
+        storage.upload_stream(FailingSource(), "s3://data/partial/big.bin", block_size=5 << 20)
     fs = s3fs.S3FileSystem(skip_instance_cache=True)
     assert not fs.exists("data/partial/big.bin")
     uploads = fs.call_s3("list_multipart_uploads", Bucket="data").get("Uploads", [])
