@@ -208,7 +208,7 @@ def fetch_in_order(
 
     def fs_for(url: str) -> Tuple[Any, str]:
         if "fs" not in fs_cache:
-            fs_cache["fs"] = filesystem(url, storage_options)[0]
+            fs_cache["fs"] = _single_attempt(filesystem(url, _single_attempt_options(url, storage_options), fresh=True)[0])
         fs = fs_cache["fs"]
         return fs, fs._strip_protocol(url)
 
@@ -266,6 +266,23 @@ def fetch_in_order(
                 out.get_nowait()
             except queue.Empty:
                 thread.join(0.05)
+
+
+def _single_attempt_options(url: str, storage_options: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    """For fetching images: botocore's own retries off (unless the options set them), so that
+    every retry is ours, with its backoff, and counted."""
+    options = dict(storage_options or {})
+    if url.split("://", 1)[0] in ("s3", "s3a"):
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("retries", {"total_max_attempts": 1})
+        options["config_kwargs"] = config
+    return options
+
+
+def _single_attempt(fs: Any) -> Any:
+    if hasattr(fs, "retries"):  # s3fs retries some errors itself
+        fs.retries = 1
+    return fs
 
 
 def upload(local: str, url: str, storage_options: Optional[Mapping[str, Any]] = None) -> None:
