@@ -302,8 +302,6 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
         raise click.UsageError("--shard-size cannot be combined with --part-index, --dask or --resume")
     if dask_address is not None and stats_path is not None:
         raise click.UsageError("--stats is written by single runs and parts, not yet by --dask")
-    if dask_address is not None and any(storage.is_url(x) for x in (lst, root, out)):
-        raise click.UsageError("--dask with URLs is not supported yet: its parts and merge need shared local storage")
     if layout == "insightface" and (shard_size is not None or pack_label or (label_width or 1) > 1):
         raise click.UsageError("--layout insightface has one identity label per image: no --shard-size, --pack-label or --label-width N")
     options = packing.PackOptions(
@@ -379,12 +377,13 @@ def _pack_with_dask(lst, root, out, options, address, num_parts, merge, strict, 
 
 @main.command("merge")
 @click.argument("out", type=click.Path(dir_okay=False))
-@click.argument("parts", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.argument("parts", nargs=-1, required=True, type=_PathOrURL())
 @click.option("--layout", type=click.Choice(["plain", "insightface"]), default="plain", show_default=True, help="insightface: the parts of a `pack --layout insightface` run; the merged images are laid out as one face set.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing OUT.")
 @quiet_option
+@storage_option
 @translate_errors
-def merge_command(out, parts, layout, overwrite, quiet):
+def merge_command(out, parts, layout, overwrite, quiet, storage_options):
     """Concatenate PART.rec files into OUT.rec and rewrite the .idx offsets.
 
     Parts named OUT-0000I-of-0000N.rec (from `pack --num-parts N --part-index I`)
@@ -395,7 +394,16 @@ def merge_command(out, parts, layout, overwrite, quiet):
     Examples:
       im2rec merge out.rec out-*-of-00008.rec
       im2rec merge faces/train.rec faces/train-*-of-00004.rec --layout insightface
+      im2rec merge s3://b/out/train.rec s3://b/out/train-0000{0,1,2,3}-of-00004.rec   # joined by S3 itself
     """
+    if storage.is_url(out) or any(storage.is_url(p) for p in parts):
+        if layout == "insightface" or not (storage.is_url(out) and all(storage.is_url(p) for p in parts)):
+            raise click.UsageError("merging in an object store needs the output and every part as URLs of it, and the plain layout")
+        result = shards.merge_parts_remote(out, parts, overwrite=overwrite, storage_options=_options(storage_options))
+        if not quiet:
+            how = "joined by the store" if result.server_side else "streamed"
+            click.echo(f"merged {len(result.parts)} parts into {out} ({how}): {result.records:,} records, {result.bytes / 1e6:,.1f} MB")
+        return
     if layout == "insightface":
         for path in faces.insightface_outputs(out):
             if os.path.exists(path) and not overwrite:

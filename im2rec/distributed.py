@@ -23,11 +23,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional
 
+from . import storage
 from .errors import Im2recError, PackError
 from .faces import insightface_outputs
 from .fsutil import remove_quietly
 from .packing import Outputs, PackOptions, PackSummary, check_list, images_path, lay_out_insightface, make_output_folder, pack
-from .shards import merge_parts, part_path
+from .shards import merge_parts, merge_parts_remote, part_path
 
 __all__ = ["pack_dask", "DaskSummary", "pack_part"]
 
@@ -118,14 +119,22 @@ def pack_dask(
     """
     started = time.perf_counter()
     out_rec = out_rec or os.path.splitext(lst)[0] + ".rec"
+    remote = storage.is_url(out_rec)
+    if remote and options.layout == "insightface":
+        raise PackError("--dask --layout insightface with a URL output is not supported yet: write it locally, then upload")
     if not options.overwrite and not options.resume:
         finals = dict.fromkeys([*Outputs.for_rec(out_rec).finals, *(insightface_outputs(out_rec) if options.layout == "insightface" else [])])
         for path in finals:
-            if os.path.exists(path):
+            if storage.exists(path, options.storage_options) if remote else os.path.exists(path):
                 raise PackError(f"{path} exists: pass --overwrite to replace it")
     lines = check_list(lst, options).lines
-    make_output_folder(out_rec)
-    lst, root, out_rec = os.path.abspath(lst), os.path.abspath(root), os.path.abspath(out_rec)
+    if not remote:
+        make_output_folder(out_rec)
+
+    def absolute(path: str) -> str:
+        return path if storage.is_url(path) else os.path.abspath(path)
+
+    lst, root, out_rec = absolute(lst), absolute(root), absolute(out_rec)
     client = _client(address, options.workers)
     try:
         workers = len(client.scheduler_info().get("workers", {})) or 1
@@ -157,12 +166,15 @@ def pack_dask(
         raise PackError(f"{len(summary.failed_parts)} of {n} parts failed; the others are kept\n" + "\n".join(lines_))
     if merge:
         parts = [part_path(out_rec, i, n) for i in range(n)]
-        if options.layout == "insightface":  # parts hold the images plain; the whole is laid out once merged
+        if remote:  # joined in the store (S3: server-side copies), then the parts deleted
+            merge_parts_remote(out_rec, parts, overwrite=True, storage_options=options.storage_options)
+            storage.remove([path for p in parts for path in Outputs.for_rec(p).finals], options.storage_options)
+        elif options.layout == "insightface":  # parts hold the images plain; the whole is laid out once merged
             merge_parts(images_path(out_rec), parts, overwrite=True)
             summary.identities = lay_out_insightface(images_path(out_rec), out_rec).identities
         else:
             merge_parts(out_rec, parts, overwrite=options.overwrite)
-        for p in parts:
+        for p in parts if not remote else []:
             for path in Outputs.for_rec(p).finals:
                 remove_quietly(path)
         summary.merged = True

@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -88,6 +88,7 @@ class MergeResult:
     records: int = 0
     bytes: int = 0
     failures: int = 0
+    server_side: bool = False  # joined by the store itself (S3 upload-part-copy)
 
 
 def _order_parts(parts: Sequence[str]) -> List[str]:
@@ -107,6 +108,108 @@ def _order_parts(parts: Sequence[str]) -> List[str]:
         names = ", ".join(str(i) for i in missing[:10])
         raise Im2recError(f"missing part(s) {names} of {count}: merge needs every part (or name them all explicitly)")
     return [by_index[i] for i in range(count)]
+
+
+def _joined_index(ordered: Sequence[str], exists: Any, size_of: Any, storage_options: Optional[dict] = None) -> Tuple[list, list, int, np.ndarray]:
+    """Each part's keys and offsets shifted by the sizes of the parts before it; the total size; every key."""
+    keys, offsets = [], []
+    base = 0
+    for part in ordered:
+        idx = _stem(part) + ".idx"
+        for path in (part, idx):
+            if not exists(path):
+                raise Im2recError(f"{path}: no such file")
+        size = size_of(part)
+        if size % 4:
+            raise Im2recError(f"{part}: {size} bytes is not a multiple of 4; is the part complete?")
+        index = read_index(idx, storage_options=storage_options)
+        index.validate(size, part)
+        keys.append(index.key_list)
+        offsets.append(index.offsets + base)
+        base += size
+    all_keys = np.concatenate(keys) if keys else np.zeros(0, np.int64)
+    uniq, counts = np.unique(all_keys, return_counts=True)
+    if (counts > 1).any():
+        raise Im2recError(f"key {int(uniq[counts > 1][0])} appears in more than one part: these are not parts of one list")
+    return keys, offsets, base, all_keys
+
+
+#: S3's smallest multipart part: parts at least this large are joined by the store itself.
+MIN_COPY_PART = 5 << 20
+
+
+def merge_parts_remote(out_rec: str, parts: Sequence[str], overwrite: bool = False, storage_options: Optional[dict] = None) -> MergeResult:
+    """``merge_parts`` for parts and an output in an object store.
+
+    The ``.rec`` is joined by the store itself where it can (S3: a multipart upload whose
+    parts are copies of the part objects, no byte downloaded; every part but the last
+    must be 5 MiB or more), else streamed through this process; the ``.idx`` (shifted
+    offsets) and ``.failed.tsv`` are written after it, each in one request.
+
+    Raises:
+        Im2recError: as ``merge_parts``; StorageError for the store's failures.
+    """
+    import io
+
+    from . import storage
+
+    ordered = _order_parts(list(parts))
+    if not ordered:
+        raise Im2recError("merge needs at least one part")
+    out_idx, out_failed = _stem(out_rec) + ".idx", _stem(out_rec) + ".failed.tsv"
+    fs, _ = storage.filesystem(out_rec, storage_options)
+    if not overwrite:
+        for path in (out_rec, out_idx):
+            if storage.exists(path, storage_options):
+                raise Im2recError(f"{path} exists: pass --overwrite to replace it")
+    if out_rec in ordered:
+        raise Im2recError(f"{out_rec} is one of the parts")
+
+    def size_of(url: str) -> int:
+        return int(fs.size(fs._strip_protocol(url)))
+
+    keys, offsets, base, all_keys = _joined_index(ordered, lambda u: storage.exists(u, storage_options), size_of, storage_options)
+    result = MergeResult(out_rec, ordered)
+    sizes = [size_of(p) for p in ordered]
+    if hasattr(fs, "merge") and all(s >= MIN_COPY_PART for s in sizes[:-1]) and len(ordered) > 1:
+        try:
+            fs.merge(fs._strip_protocol(out_rec), [fs._strip_protocol(p) for p in ordered])
+        except Exception as e:  # noqa: BLE001
+            raise storage.StorageError(f"{out_rec}: joining the parts in the store failed: {e}") from None
+        result.server_side = True
+    else:
+        storage.upload_stream(_Concatenated([lambda p=p: fs.open(fs._strip_protocol(p), "rb") for p in ordered]), out_rec, storage_options)
+    failed = io.StringIO()
+    for part in ordered:
+        path = _stem(part) + ".failed.tsv"
+        if storage.exists(path, storage_options):
+            lines = storage.read_bytes(path, storage_options).decode("utf-8").splitlines()[1:]
+            failed.writelines(line + "\n" for line in lines)
+            result.failures += len(lines)
+    storage.write_bytes(out_failed, ("index\tpath\treason\n" + failed.getvalue()).encode("utf-8"), storage_options)
+    text = "".join(f"{a}\t{b}\n" for k, o in zip(keys, offsets) for a, b in zip(k.tolist(), o.tolist()))
+    storage.write_bytes(out_idx, text.encode("ascii"), storage_options)  # last: readers look for it
+    result.records, result.bytes = int(all_keys.size), base
+    return result
+
+
+class _Concatenated:
+    """A readable stream of several opened-on-demand streams, one after the other."""
+
+    def __init__(self, openers: Sequence[Any]):
+        self._openers, self._current = list(openers), None
+
+    def read(self, n: int = -1) -> bytes:
+        while True:
+            if self._current is None:
+                if not self._openers:
+                    return b""
+                self._current = self._openers.pop(0)()
+            data = self._current.read(n)
+            if data:
+                return data
+            self._current.close()
+            self._current = None
 
 
 def merge_parts(out_rec: str, parts: Sequence[str], overwrite: bool = False) -> MergeResult:
@@ -130,25 +233,7 @@ def merge_parts(out_rec: str, parts: Sequence[str], overwrite: bool = False) -> 
     if os.path.abspath(out_rec) in {os.path.abspath(p) for p in ordered}:
         raise Im2recError(f"{out_rec} is one of the parts")
     result = MergeResult(out_rec, ordered)
-    keys, offsets = [], []
-    base = 0
-    for part in ordered:
-        idx = _stem(part) + ".idx"
-        for path in (part, idx):
-            if not os.path.exists(path):
-                raise Im2recError(f"{path}: no such file")
-        size = os.path.getsize(part)
-        if size % 4:
-            raise Im2recError(f"{part}: {size} bytes is not a multiple of 4; is the part complete?")
-        index = read_index(idx)
-        index.validate(size, part)
-        keys.append(index.key_list)
-        offsets.append(index.offsets + base)
-        base += size
-    all_keys = np.concatenate(keys) if keys else np.zeros(0, np.int64)
-    uniq, counts = np.unique(all_keys, return_counts=True)
-    if (counts > 1).any():
-        raise Im2recError(f"key {int(uniq[counts > 1][0])} appears in more than one part: these are not parts of one list")
+    keys, offsets, base, all_keys = _joined_index(ordered, os.path.exists, os.path.getsize)
     tmp_rec, tmp_idx, tmp_failed = out_rec + ".partial", out_idx + ".partial", out_failed + ".partial"
     try:
         make_parents(out_rec)

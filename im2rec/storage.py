@@ -285,6 +285,20 @@ def _single_attempt(fs: Any) -> Any:
     return fs
 
 
+def remove(urls: List[str], storage_options: Optional[Mapping[str, Any]] = None) -> None:
+    """Delete the objects of ``urls`` that exist (one store)."""
+    if not urls:
+        return
+    fs, _ = filesystem(urls[0], storage_options)
+    paths = [fs._strip_protocol(u) for u in urls]
+    try:
+        fs.rm([p for p in paths if fs.exists(p)])
+    except FileNotFoundError:
+        pass
+    except Exception as e:  # noqa: BLE001
+        raise _translate(urls[0], e) from None
+
+
 def upload(local: str, url: str, storage_options: Optional[Mapping[str, Any]] = None) -> None:
     """Copy a local file to ``url`` so that the object appears only complete; see ``upload_stream``."""
     with open(local, "rb") as src:

@@ -339,3 +339,68 @@ def test_pack_through_failing_requests_loses_nothing(s3, data_dir, tmp_path, mon
         assert "0 failed; " in result.stdout and " requests retried" in result.stdout
     finally:
         proxy.close()
+
+
+# --------------------------------------------------------------------------- parts, merge and Dask in the store
+
+
+def test_parts_packed_to_s3_then_merged_in_the_store(s3, data_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("IM2REC_STAGING", str(tmp_path / "staging"))
+    golden = data_dir / "im2rec_pack_resize64"
+    for i in range(3):
+        result = run("pack", golden / "all.lst", "s3://data/tree", "s3://data/parts/all.rec", "--resize", "64", "--quality", "90", "--num-parts", 3, "--part-index", i, "-q")
+        assert result.exit_code == 0, result.output
+    parts = [f"s3://data/parts/all-0000{i}-of-00003.rec" for i in (2, 0, 1)]  # any order
+    result = run("merge", "s3://data/merged/all.rec", *parts)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("merged 3 parts into s3://data/merged/all.rec (streamed): 14 records, ")  # small parts
+    assert s3_bytes("data/merged/all.rec") == (golden / "all.rec").read_bytes()
+    assert s3_bytes("data/merged/all.idx") == (golden / "all.idx").read_bytes()
+    result = run("merge", "s3://data/merged/all.rec", *parts)
+    assert result.exit_code == 1 and result.stderr == "Error: s3://data/merged/all.rec exists: pass --overwrite to replace it\n"
+
+
+def test_large_parts_are_joined_by_the_store(s3, tmp_path):
+    """Parts of 5 MiB and more: a multipart upload of server-side copies, no byte through this process."""
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    local = tmp_path / "local"
+    local.mkdir()
+    payloads = [bytes([i]) * (3 << 20) for i in range(4)]  # 3 MiB records, 2 per part
+    for part in range(2):
+        with recordio.RecordWriter(local / f"big-0000{part}-of-00002.rec", local / f"big-0000{part}-of-00002.idx") as w:
+            for i in range(2):
+                w.write_idx(2 * part + i, payloads[2 * part + i])
+        for ext in ("rec", "idx"):
+            fs.put(str(local / f"big-0000{part}-of-00002.{ext}"), f"data/big/big-0000{part}-of-00002.{ext}")
+    result = run("merge", "s3://data/big/all.rec", "s3://data/big/big-00000-of-00002.rec", "s3://data/big/big-00001-of-00002.rec")
+    assert result.exit_code == 0, result.output
+    assert "(joined by the store)" in result.stdout
+    reader = recordio.MXIndexedRecordIO("s3://data/big/all.idx", "s3://data/big/all.rec", "r")
+    assert [reader.read_idx(k) for k in range(4)] == payloads
+
+
+def test_dask_local_cluster_writes_parts_to_s3_and_merges_them(s3, data_dir, tmp_path):
+    pytest.importorskip("distributed")
+    import subprocess
+    import sys
+
+    from im2rec.lst import ListEntry, read_lst, write_lst
+
+    entries = read_lst(data_dir / "im2rec" / "all.lst")
+    big = [ListEntry(r * 100 + e.index, e.labels, e.path) for r in range(16) for e in entries]  # 224 lines: 2 parts
+    write_lst(tmp_path / "big.lst", big)
+    assert run("pack", tmp_path / "big.lst", data_dir / "tree", tmp_path / "local.rec", "--resize", "48", "-q").exit_code == 0
+    env = dict(os.environ, IM2REC_STAGING=str(tmp_path / "staging"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "im2rec", "pack", tmp_path / "big.lst", "s3://data/tree", "s3://data/dask/train.rec", "--resize", "48", "--dask", "local", "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "with 2 Dask tasks on 2 workers" in proc.stdout
+    for ext in ("rec", "idx", "failed.tsv"):
+        assert s3_bytes(f"data/dask/train.{ext}") == (tmp_path / f"local.{ext}").read_bytes(), ext
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    assert sorted(p.rsplit("/", 1)[1] for p in fs.ls("data/dask", refresh=True)) == ["train.failed.tsv", "train.idx", "train.rec"]  # parts removed
