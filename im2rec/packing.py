@@ -674,6 +674,7 @@ def _pack_to_url(lst: str, root: str, out_url: str, opts: PackOptions, progress:
     under its URL only complete (a multipart upload, aborted on failure); the index goes last."""
     if opts.shard_size is not None:
         raise PackError(f"{out_url}: --shard-size writes local shards only (for now): pack them locally, then copy")
+    storage.check_bucket(out_url, opts.storage_options)
     local_rec = os.path.join(staging_dir(out_url), posixpath.basename(out_url))
     folder = out_url.rsplit("/", 1)[0]
     name = os.path.basename(part_path(local_rec, opts.part_index, opts.num_parts) if opts.part_index is not None else local_rec)

@@ -118,6 +118,25 @@ def exists(url: str, storage_options: Optional[Mapping[str, Any]] = None) -> boo
         raise _translate(url, e) from None
 
 
+def check_bucket(url: str, storage_options: Optional[Mapping[str, Any]] = None) -> None:
+    """Fail at once, before any work, when the bucket (container) of ``url`` is missing or
+    cannot be reached with these credentials.
+
+    Raises:
+        StorageError: naming the bucket.
+    """
+    fs, path = filesystem(url, storage_options)
+    if getattr(fs, "root_marker", "") == "/" or "/" not in path.strip("/"):
+        return  # a local-like store (file://, memory://): nothing to check
+    bucket = path.strip("/").split("/", 1)[0]
+    try:
+        there = fs.exists(bucket)
+    except Exception as e:  # noqa: BLE001
+        raise _translate(f"{url.split('://', 1)[0]}://{bucket}", e) from None
+    if not there:
+        raise StorageError(f"{url}: the bucket {bucket} does not exist (or these credentials cannot see it)")
+
+
 def read_bytes(url: str, storage_options: Optional[Mapping[str, Any]] = None) -> bytes:
     """The whole object (for small files: a ``.idx``, a ``.lst``, a manifest).
 

@@ -216,6 +216,10 @@ def test_pack_from_s3_reports_missing_objects_and_a_wrong_root(s3, data_dir, tmp
     assert "packed 13 of 14 images" in result.stdout and "1 failed (1 missing)" in result.stdout
     failed = (tmp_path / "m.failed.tsv").read_text().splitlines()[1].split("\t")
     assert failed[1:] == ["cats/not-there.jpg", "missing: no such object (or its bucket does not exist)"]
+    result = run("pack", tmp_path / "m.lst", "s3://data/tree", "s3://no-such-bucket/out/w.rec", "--pass-through")
+    assert result.exit_code == 1
+    assert result.stderr == "Error: s3://no-such-bucket/out/w.rec: the bucket no-such-bucket does not exist (or these credentials cannot see it)\n"
+    assert not list((tmp_path / "staging").rglob("*.rec"))  # refused before any image was fetched
     result = run("pack", tmp_path / "m.lst", "s3://data/elsewhere", tmp_path / "w.rec", "--pass-through")
     assert result.exit_code == 1
     assert result.stderr.startswith("Error: s3://data/elsewhere: none of the 14 images of ") and "s3://data/elsewhere/" in result.stderr

@@ -1,0 +1,153 @@
+"""Object storage: im2rec against the same work done with fsspec itself or on a local copy, in one run.
+
+    python benchmarks/bench_remote.py [--images 2000] [--rounds 3]
+
+Starts moto's S3 server on 127.0.0.1 in a process of its own (the loopback
+endpoint the tests use), uploads the first --images JPEGs of the ImageNet-like
+corpus (built on first use by im2rec.synthetic), then, best of --rounds:
+
+1. `im2rec pack LIST s3://.../images OUT.rec --pass-through` (a subprocess, as a user
+   runs it) against the floor: fsspec's own concurrent `cat` of the same objects
+   (goal: the pack at least 0.8x of the floor's speed);
+2. random `RecordDataset("s3://...")` reads with 8 DataLoader workers (if torch is
+   installed) against the same on the local copy;
+3. a sequential `im2rec verify` scan of the .rec in the store against the local copy;
+4. peak memory (max RSS) of the pack for --images and twice as many list lines
+   (each image named twice): flat in the dataset size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import corpus, image_files, row  # noqa: E402
+
+from im2rec.lst import ListEntry, write_lst  # noqa: E402
+
+MAXRSS = "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def best(fn, rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--images", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
+    os.environ.update(env)
+    tmp = Path(tempfile.mkdtemp(prefix="im2rec-bench-remote-"))
+    try:
+        import s3fs
+
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        fs = s3fs.S3FileSystem(skip_instance_cache=True)
+        fs.mkdir("bench")
+        root = corpus("imagenet")
+        files = image_files(root)[: args.images]
+        rel = [f.relative_to(root).as_posix() for f in files]
+        t = time.perf_counter()
+        fs.put([str(f) for f in files], [f"bench/images/{r}" for r in rel])
+        mb = sum(f.stat().st_size for f in files) / 1e6
+        print(f"{len(files):,} JPEGs, {mb:,.1f} MB uploaded to the loopback S3 in {time.perf_counter() - t:.1f} s")
+        write_lst(tmp / "list.lst", [ListEntry(i, (0.0,), r) for i, r in enumerate(rel)])
+        write_lst(tmp / "twice.lst", [ListEntry(i, (0.0,), rel[i % len(rel)]) for i in range(2 * len(rel))])
+
+        paths = [f"bench/images/{r}" for r in rel]
+        t_floor = best(lambda: s3fs.S3FileSystem(skip_instance_cache=True).cat(paths), args.rounds)
+
+        def pack(lst="list.lst", out="out.rec"):
+            cmd = [sys.executable, "-m", "im2rec", "pack", str(tmp / lst), "s3://bench/images", str(tmp / out), "--pass-through", "--overwrite", "-q"]
+            return cmd
+
+        t_pack = best(lambda: subprocess.run(pack(), check=True, env=env), args.rounds)
+        print("\npack --pass-through from S3")
+        row("fsspec concurrent cat of the same objects", mb / t_floor, "MB/s", 1.0, "the floor")
+        row("im2rec pack --pass-through s3://...", mb / t_pack, "MB/s", t_floor / t_pack, "goal >= 0.8x")
+
+        fs.put(str(tmp / "out.rec"), "bench/out.rec")
+        fs.put(str(tmp / "out.idx"), "bench/out.idx")
+        print("\nsequential verify scan")
+        t_vl = best(lambda: subprocess.run([sys.executable, "-m", "im2rec", "verify", str(tmp / "out.rec"), "-q"], check=True, env=env), args.rounds)
+        t_vr = best(lambda: subprocess.run([sys.executable, "-m", "im2rec", "verify", "s3://bench/out.rec", "-q"], check=True, env=env), args.rounds)
+        size = (tmp / "out.rec").stat().st_size / 1e6
+        row("im2rec verify, local copy", size / t_vl, "MB/s", 1.0)
+        row("im2rec verify s3://...", size / t_vr, "MB/s", t_vl / t_vr)
+
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            print("\nrandom reads with 8 DataLoader workers: skipped (torch is not installed)")
+        else:
+            import torch
+
+            from im2rec import RecordDataset
+
+            def epoch(path):
+                ds = RecordDataset(path, mode="raw")
+                loader = torch.utils.data.DataLoader(ds, batch_size=None, shuffle=True, num_workers=8, collate_fn=lambda x: x)
+                return sum(1 for _ in loader)
+
+            n = len(files)
+            t_rl = best(lambda: epoch(str(tmp / "out.rec")), args.rounds)
+            t_rr = best(lambda: epoch("s3://bench/out.rec"), args.rounds)
+            print("\nrandom RecordDataset reads, 8 DataLoader workers (shuffled epoch)")
+            row("local copy", n / t_rl, "rec/s", 1.0)
+            row("s3://... (one ranged request per record)", n / t_rr, "rec/s", t_rl / t_rr)
+        # The store's own cost of a ranged read, in one process: fsspec's cat_file of each record's range.
+        from im2rec import RecordDataset, recordio
+
+        index = recordio.read_index(str(tmp / "out.idx"))
+        ends = dict(zip(sorted(index.offsets.tolist()), sorted(index.offsets.tolist())[1:] + [(tmp / "out.rec").stat().st_size]))
+        sample = [int(o) for o in index.offsets[:200]]
+        s3 = s3fs.S3FileSystem(skip_instance_cache=True)
+        t_cat = best(lambda: [s3.cat_file("bench/out.rec", start=o, end=ends[o]) for o in sample], args.rounds)
+        ds = RecordDataset("s3://bench/out.rec", mode="raw")
+        order = {int(o): i for i, o in enumerate(ds._offsets.tolist())}
+        t_ds = best(lambda: [ds[order[o]] for o in sample], args.rounds)
+        print("\nrandom reads in one process, 200 records")
+        row("fsspec cat_file of each record's range", len(sample) / t_cat, "rec/s", 1.0, "the floor")
+        row("RecordDataset('s3://...')[i]", len(sample) / t_ds, "rec/s", t_cat / t_ds)
+
+        print("\npeak memory of pack --pass-through from S3 (max RSS)")
+        for lst, out in (("list.lst", "m1.rec"), ("twice.lst", "m2.rec")):
+            kb = int(subprocess.run([sys.executable, "-c", MAXRSS, *pack(lst, out)], check=True, capture_output=True, text=True, env=env).stdout)
+            lines = len(files) * (2 if lst == "twice.lst" else 1)
+            row(f"{lines:,} list lines", kb / 1024, "MB")
+    finally:
+        server.terminate()
+        server.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
