@@ -45,7 +45,7 @@ import operator
 import os
 import struct
 import warnings
-from typing import IO, Any, Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import IO, Any, Callable, Iterator, List, NamedTuple, Optional, Protocol, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -756,6 +756,26 @@ def write_index(path: PathLike, keys: Any, offsets: Any) -> None:
 # --------------------------------------------------------------------------- #
 # Reading
 # --------------------------------------------------------------------------- #
+
+
+class ByteSource(Protocol):
+    """What ``RecordReader`` reads a ``.rec`` through: the interface of a read-only memory map.
+
+    Locally it is the ``mmap`` itself (sliced and unpacked from without a copy). For a
+    URL, ``storage.RemoteSource`` implements it with ranged reads, so that this module
+    never imports fsspec.
+    """
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, s: slice) -> bytes: ...
+
+    def find(self, sub: bytes, start: int = 0) -> int: ...
+
+    def close(self) -> None: ...
+
+    def hint(self, start: int, end: int) -> None:
+        """Optional (remote sources): the next read is of ``[start, end)``."""
 
 
 class RecordReader:

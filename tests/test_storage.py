@@ -408,3 +408,23 @@ def test_dask_local_cluster_writes_parts_to_s3_and_merges_them(s3, data_dir, tmp
         assert s3_bytes(f"data/dask/train.{ext}") == (tmp_path / f"local.{ext}").read_bytes(), ext
     fs = s3fs.S3FileSystem(skip_instance_cache=True)
     assert sorted(p.rsplit("/", 1)[1] for p in fs.ls("data/dask", refresh=True)) == ["train.failed.tsv", "train.idx", "train.rec"]  # parts removed
+
+
+def test_an_interrupted_pack_to_s3_resumes_from_its_staging_folder(s3, data_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("IM2REC_STAGING", str(tmp_path / "staging"))
+    lines = (data_dir / "im2rec" / "all.lst").read_text().splitlines()
+    lines[5] = lines[5].rsplit("\t", 1)[0] + "\tcats/gone.jpg"
+    (tmp_path / "r.lst").write_text("\n".join(lines) + "\n")
+    out = "s3://data/resumed/all.rec"
+    result = run("pack", tmp_path / "r.lst", "s3://data/tree", out, "--pass-through", "--max-errors", "0")
+    assert result.exit_code == 1 and "stopped after 1 failed images" in result.stderr
+    assert not s3_exists("data/resumed/all.rec") and not s3_exists("data/resumed/all.idx")  # nothing under the final keys
+    assert list((tmp_path / "staging").rglob("all.rec.partial"))  # the finished part is kept
+    result = run("pack", tmp_path / "r.lst", "s3://data/tree", out, "--pass-through", "--resume")
+    assert result.exit_code == 0, result.output
+    assert "(resumed after" in result.stdout
+    assert run("pack", tmp_path / "r.lst", data_dir / "tree", tmp_path / "local.rec", "--pass-through", "-q").exit_code == 0
+    for ext in ("rec", "idx"):
+        assert s3_bytes(f"data/resumed/all.{ext}") == (tmp_path / f"local.{ext}").read_bytes(), ext
+    failed = s3_bytes("data/resumed/all.failed.tsv").decode().splitlines()
+    assert len(failed) == 2 and failed[1].split("\t")[1:] == ["cats/gone.jpg", "missing: no such object (or its bucket does not exist)"]
