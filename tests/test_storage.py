@@ -12,7 +12,7 @@ from im2rec.cli import main
 from im2rec.storage import RemoteSource, StorageError, is_url, merge_options, parse_storage_option
 
 s3fs = pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'im2rec[s3]')")
-moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed (pip install 'im2rec[test]')")
+moto_server = pytest.importorskip("moto.server", reason="moto is not installed (pip install 'im2rec[test]')")
 
 
 @pytest.fixture(scope="module")
