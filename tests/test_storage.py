@@ -428,3 +428,36 @@ def test_an_interrupted_pack_to_s3_resumes_from_its_staging_folder(s3, data_dir,
         assert s3_bytes(f"data/resumed/all.{ext}") == (tmp_path / f"local.{ext}").read_bytes(), ext
     failed = s3_bytes("data/resumed/all.failed.tsv").decode().splitlines()
     assert len(failed) == 2 and failed[1].split("\t")[1:] == ["cats/gone.jpg", "missing: no such object (or its bucket does not exist)"]
+
+
+def test_bad_credentials_are_one_clear_error_before_any_work(tmp_path, data_dir):
+    """A second S3 server that enforces authentication (moto's INITIAL_NO_AUTH_ACTION_COUNT=0); unknown keys."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="0")
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        options = ["--storage-option", f"endpoint_url=http://127.0.0.1:{port}", "--storage-option", "key=nobody", "--storage-option", "secret=wrong"]
+        result = run("list", "s3://data/tree", tmp_path / "l", *options)
+        assert result.exit_code == 1
+        assert result.stderr == "Error: s3://data/tree: access denied: The AWS Access Key Id you provided does not exist in our records.\n"
+        result = run("verify", "s3://data/all.rec", *options)
+        assert result.exit_code == 1 and result.stderr == "Error: s3://data/all.rec: access denied: Forbidden\n"
+        result = run("pack", data_dir / "im2rec" / "all.lst", "s3://data/tree", tmp_path / "p.rec", *options)
+        assert result.exit_code == 1 and result.stderr.startswith("Error: s3://data/tree/") and "access denied" in result.stderr
+        assert sorted(os.listdir(tmp_path)) == []  # nothing written
+    finally:
+        server.terminate()
+        server.wait()
