@@ -125,6 +125,7 @@ class PackOptions:
     allow_outside_root: bool = False
     layout: str = "plain"
     storage_options: Optional[dict] = None  # fsspec's, for a ROOT or an output that is a URL
+    stream_to: Optional[str] = None  # an S3 URL the .rec is uploaded to while it is written (see storage.Streamer)
 
     def __post_init__(self) -> None:
         if self.label_width is not None and self.label_width < 1:
@@ -670,8 +671,10 @@ def staging_dir(url: str) -> str:
 
 
 def _pack_to_url(lst: str, root: str, out_url: str, opts: PackOptions, progress: Progress, started: float) -> PackSummary:
-    """Pack into a local staging folder (resumable), then upload each output so that it appears
-    under its URL only complete (a multipart upload, aborted on failure); the index goes last."""
+    """Pack into a local staging folder (resumable) and upload each output so that it appears
+    under its URL only complete (a multipart upload, aborted on failure); the index goes last.
+    On S3 the ``.rec`` is streamed while it is written (``storage.Streamer``); elsewhere, and
+    for the insightface layout, which is laid out at the end, it is uploaded then."""
     if opts.shard_size is not None:
         raise PackError(f"{out_url}: --shard-size writes local shards only (for now): pack them locally, then copy")
     storage.check_bucket(out_url, opts.storage_options)
@@ -685,20 +688,22 @@ def _pack_to_url(lst: str, root: str, out_url: str, opts: PackOptions, progress:
         return PackSummary(lst, root, final, already_complete=True, complete=True)  # uploaded by an earlier run
     if finals_there and not opts.overwrite and not opts.resume:
         raise PackError(f"{finals_there[0]} exists: pass --overwrite to replace it")
-    summary = pack(lst, root, local_rec, opts, progress)
+    stream = opts.layout == "plain" and storage.Streamer.supported(out_url)
+    summary = pack(lst, root, local_rec, dataclasses.replace(opts, stream_to=final.rec if stream else None), progress)
     outputs = summary.outputs
-    locals_ = [outputs.rec, outputs.failed]
+    streamed = stream and not summary.already_complete  # the .rec is in the store already
+    locals_ = [outputs.failed] if streamed else [outputs.rec, outputs.failed]
     if opts.layout == "insightface" and opts.part_index is None:
         locals_.append(os.path.join(os.path.dirname(outputs.rec), "property"))
     locals_.append(outputs.idx)  # readers look for the .idx: it appears once the rest is there
     url_of = {path: storage.join(folder, os.path.basename(path)) for path in locals_}
-    if not summary.already_complete:
+    if not summary.already_complete or os.path.exists(outputs.idx):
         for path in locals_:
             if os.path.exists(path):
                 storage.upload(path, url_of[path], opts.storage_options)
-        for path in locals_:
+        for path in [*locals_, outputs.rec]:
             remove_quietly(path)
-    summary.outputs = Outputs(url_of[outputs.rec], url_of[outputs.idx], url_of[outputs.failed])
+    summary.outputs = Outputs(final.rec, final.idx, final.failed)
     summary.seconds = time.perf_counter() - started
     return summary
 
@@ -770,14 +775,30 @@ def _pack_single(lst: str, root: str, opts: PackOptions, progress: Progress, sum
             os.replace(idx_p + ".new", idx_p)
             os.replace(failed_p + ".new", failed_p)
             first = max(start, summary.resumed_from)
-            with recordio.RecordWriter(rec_file, idx_file) as writer:
-                with _encoder(opts) as encode:  # before the bar: tqdm's monitor thread would rule out fork
-                    progress.start(summary.images, first - start)
-                    tasks = iter_tasks(lst, root, opts, first, stop)
-                    if storage.is_url(root):
-                        tasks = _fetching(tasks, opts, summary)
-                    _write(encode(tasks), writer, failed_file, summary, opts, progress, WriteBehind(rec_file))
-                summary.bytes = writer.tell()
+            written: Callable[[int], None] = WriteBehind(rec_file)
+            if opts.stream_to:  # the .rec goes to the store as it grows; a resumed run sends it again
+                streamer = storage.Streamer(opts.stream_to, rec_p, opts.storage_options)
+                write_behind = written
+
+                def written(end: int) -> None:
+                    write_behind(end)
+                    streamer.feed(end, rec_file.flush)
+
+            try:
+                with recordio.RecordWriter(rec_file, idx_file) as writer:
+                    with _encoder(opts) as encode:  # before the bar: tqdm's monitor thread would rule out fork
+                        progress.start(summary.images, first - start)
+                        tasks = iter_tasks(lst, root, opts, first, stop)
+                        if storage.is_url(root):
+                            tasks = _fetching(tasks, opts, summary)
+                        _write(encode(tasks), writer, failed_file, summary, opts, progress, written)
+                    summary.bytes = writer.tell()
+            except BaseException:
+                if opts.stream_to:
+                    streamer.abort()
+                raise
+        if opts.stream_to:
+            streamer.finish(summary.bytes)  # the object appears, whole
         for tmp, final in zip(out.partials, out.finals):
             commit(tmp, final)
         remove_quietly(out.state)

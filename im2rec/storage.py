@@ -33,6 +33,7 @@ __all__ = [
     "fetch_in_order",
     "upload",
     "upload_stream",
+    "Streamer",
     "parse_storage_option",
     "merge_options",
 ]
@@ -355,6 +356,101 @@ def upload_stream(src: Any, url: str, storage_options: Optional[Mapping[str, Any
         f.close()
     except Exception as e:  # noqa: BLE001
         raise _translate(url, e) from None
+
+
+class Streamer:
+    """Uploads a local file to S3 while it is being written: each full part as soon as it is
+    on disk (one part in flight, in a background thread), the rest at ``finish``, which
+    completes the multipart upload; so the object appears only complete, and a run
+    ends with one part left to send rather than the whole file. ``abort`` (on any
+    failure or interrupt) leaves no part behind; uploads left by a killed run for the
+    same key are aborted when the next one starts.
+    """
+
+    PART = 64 << 20  # bytes per part: S3 takes at most 10,000, of 5 MiB or more but the last
+
+    def __init__(self, url: str, local: str, storage_options: Optional[Mapping[str, Any]] = None, part: int = PART):
+        import concurrent.futures
+
+        self.url, self.local, self.part = url, local, part
+        self.fs, path = filesystem(url, storage_options)
+        self.bucket, self.key = path.split("/", 1)
+        self._parts: List[Dict[str, Any]] = []
+        self.sent = 0  # bytes of the file already handed to a part
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="im2rec-upload")
+        self._pending: Any = None
+        try:
+            stale = self.fs.call_s3("list_multipart_uploads", Bucket=self.bucket, Prefix=self.key).get("Uploads", [])
+            for upload in stale:
+                if upload["Key"] == self.key:
+                    self.fs.call_s3("abort_multipart_upload", Bucket=self.bucket, Key=self.key, UploadId=upload["UploadId"])
+            self.upload_id = self.fs.call_s3("create_multipart_upload", Bucket=self.bucket, Key=self.key)["UploadId"]
+        except Exception as e:  # noqa: BLE001
+            self._pool.shutdown()
+            raise _translate(url, e) from None
+
+    @staticmethod
+    def supported(url: str) -> bool:
+        return url.split("://", 1)[0] in ("s3", "s3a")
+
+    def _send(self, number: int, start: int, end: int) -> None:
+        with open(self.local, "rb") as f:
+            f.seek(start)
+            body = f.read(end - start)
+        reply = self.fs.call_s3("upload_part", Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, PartNumber=number, Body=body)
+        self._parts.append({"PartNumber": number, "ETag": reply["ETag"]})
+
+    def _wait(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            try:
+                pending.result()
+            except Exception as e:  # noqa: BLE001
+                raise _translate(self.url, e) from None
+
+    def feed(self, size: int, flush: Callable[[], None]) -> None:
+        """The local file is ``size`` bytes long: send the next part if a whole one is there
+        (``flush`` puts the writer's buffer on disk first)."""
+        if size - self.sent < self.part:
+            return
+        self._wait()
+        flush()
+        number = len(self._parts) + 1
+        self._pending = self._pool.submit(self._send, number, self.sent, self.sent + self.part)
+        self.sent += self.part
+
+    def finish(self, size: int) -> None:
+        """Send the rest of the (closed) file and complete the upload: the object appears."""
+        try:
+            self._wait()
+            while self.sent < size or not self._parts:
+                end = min(size, self.sent + self.part)
+                self._send(len(self._parts) + 1, self.sent, end)
+                self.sent = end
+            parts = sorted(self._parts, key=lambda p: p["PartNumber"])
+            self.fs.call_s3(
+                "complete_multipart_upload", Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, MultipartUpload={"Parts": parts}
+            )
+        except Exception as e:  # noqa: BLE001
+            self.abort()
+            raise _translate(self.url, e) from None
+        finally:
+            self._pool.shutdown()
+
+    def abort(self) -> None:
+        """Drop the upload and every part sent (idempotent)."""
+        try:
+            if self._pending is not None:
+                self._pending.cancel()
+                try:
+                    self._pending.result()
+                except Exception:  # noqa: BLE001, S110 - it is being thrown away
+                    pass
+            self.fs.call_s3("abort_multipart_upload", Bucket=self.bucket, Key=self.key, UploadId=self.upload_id)
+        except Exception:  # noqa: BLE001, S110 - already gone: nothing is left either way
+            pass
+        finally:
+            self._pool.shutdown(wait=False)
 
 
 class RemoteSource:

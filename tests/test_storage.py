@@ -419,6 +419,8 @@ def test_an_interrupted_pack_to_s3_resumes_from_its_staging_folder(s3, data_dir,
     result = run("pack", tmp_path / "r.lst", "s3://data/tree", out, "--pass-through", "--max-errors", "0")
     assert result.exit_code == 1 and "stopped after 1 failed images" in result.stderr
     assert not s3_exists("data/resumed/all.rec") and not s3_exists("data/resumed/all.idx")  # nothing under the final keys
+    uploads = s3fs.S3FileSystem(skip_instance_cache=True).call_s3("list_multipart_uploads", Bucket="data").get("Uploads", [])
+    assert [u for u in uploads if u["Key"].startswith("resumed/")] == []  # the streamed upload was aborted
     assert list((tmp_path / "staging").rglob("all.rec.partial"))  # the finished part is kept
     result = run("pack", tmp_path / "r.lst", "s3://data/tree", out, "--pass-through", "--resume")
     assert result.exit_code == 0, result.output
@@ -461,3 +463,28 @@ def test_bad_credentials_are_one_clear_error_before_any_work(tmp_path, data_dir)
     finally:
         server.terminate()
         server.wait()
+
+
+def test_the_rec_is_streamed_to_s3_while_it_is_written(s3, tmp_path):
+    from im2rec import storage
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    local = tmp_path / "growing.rec"
+    streamer = storage.Streamer("s3://data/streamed/x.rec", str(local), part=5 << 20)
+    chunks = [bytes([i]) * (3 << 20) for i in range(5)]  # 15 MiB in 3 MiB writes
+    with open(local, "wb") as f:
+        for chunk in chunks:
+            f.write(chunk)
+            streamer.feed(f.tell(), f.flush)
+        streamer._wait()
+        sent = fs.call_s3("list_parts", Bucket="data", Key="streamed/x.rec", UploadId=streamer.upload_id)["Parts"]
+        assert [p["Size"] for p in sent] == [5 << 20] * 3  # sent while the file was being written
+        assert not fs.exists("data/streamed/x.rec")  # and nothing under the key yet
+    streamer.finish(local.stat().st_size)
+    assert s3_bytes("data/streamed/x.rec") == b"".join(chunks)
+
+    doomed = storage.Streamer("s3://data/streamed/y.rec", str(local), part=5 << 20)
+    doomed.feed(local.stat().st_size, lambda: None)
+    doomed.abort()
+    assert not fs.exists("data/streamed/y.rec")
+    assert fs.call_s3("list_multipart_uploads", Bucket="data").get("Uploads", []) == []  # no orphaned parts
