@@ -63,6 +63,8 @@ class _Images:
     where the image bytes start in the payload (after the IRHeader and its labels)."""
 
     def __init__(self, path: str):
+        if "://" in path:
+            raise Im2recError(f"{path}: convert and combine read local files (for now): copy it here first")
         if not os.path.isfile(path):
             raise Im2recError(f"{path}: no such file")
         idx = idx_path_of(path)

@@ -529,6 +529,9 @@ def combined_index(recs: Sequence[str], idx: str, keys: str = "id", overwrite: b
     result = IndexResult(idx)
     entries: List[Tuple[Any, int]] = []
     base = 0
+    remote = [r for r in recs if storage.is_url(r)]
+    if remote:
+        raise Im2recError(f"{remote[0]}: --combined reads local files (for now); DALI reads local files too")
     for rec in recs:
         if not os.path.isfile(rec):
             raise Im2recError(f"{rec}: no such file")
