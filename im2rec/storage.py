@@ -206,7 +206,7 @@ def fetch_in_order(
     url_of: Callable[[T], str],
     storage_options: Optional[Mapping[str, Any]] = None,
     batch: int = 32,
-    window: int = 4,
+    window: int = 2,
     stats: Optional[FetchStats] = None,
 ) -> Iterator[Tuple[T, Union[bytes, StorageError]]]:
     """Yield ``(item, bytes)`` for each item, in order, fetching ``batch`` objects at once
