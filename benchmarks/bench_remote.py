@@ -103,14 +103,13 @@ def main() -> None:
         row("im2rec verify, local copy", size / t_vl, "MB/s", 1.0)
         row("im2rec verify s3://...", size / t_vr, "MB/s", t_vl / t_vr)
 
+        from im2rec import RecordDataset, recordio
+
         try:
-            import torch  # noqa: F401
+            import torch
         except ImportError:
             print("\nrandom reads with 8 DataLoader workers: skipped (torch is not installed)")
         else:
-            import torch
-
-            from im2rec import RecordDataset
 
             def epoch(path):
                 ds = RecordDataset(path, mode="raw")
@@ -124,8 +123,6 @@ def main() -> None:
             row("local copy", n / t_rl, "rec/s", 1.0)
             row("s3://... (one ranged request per record)", n / t_rr, "rec/s", t_rl / t_rr)
         # The store's own cost of a ranged read, in one process: fsspec's cat_file of each record's range.
-        from im2rec import RecordDataset, recordio
-
         index = recordio.read_index(str(tmp / "out.idx"))
         ends = dict(zip(sorted(index.offsets.tolist()), sorted(index.offsets.tolist())[1:] + [(tmp / "out.rec").stat().st_size]))
         sample = [int(o) for o in index.offsets[:200]]

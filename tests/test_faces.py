@@ -4,7 +4,6 @@ The reference files in tests/data/insightface/ were written by insightface's own
 (RecBuilder, shuffle_rec.py, its .bin writers) under MXNet 1.9.1; see their README.
 """
 
-import json
 import os
 import shutil
 import struct

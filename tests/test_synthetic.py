@@ -59,7 +59,7 @@ def test_command_line_then_list_and_pack(tmp_path):
         text=True,
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.startswith(f"wrote 12 of 12 images (") and proc.stderr.endswith(f" in 3 classes to {tmp_path / 'img'}\n")
+    assert proc.stderr.startswith("wrote 12 of 12 images (") and proc.stderr.endswith(f" in 3 classes to {tmp_path / 'img'}\n")
     from click.testing import CliRunner
 
     from im2rec.cli import main
