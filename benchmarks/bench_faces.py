@@ -23,11 +23,10 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import row  # noqa: E402
+from common import best_of, row  # noqa: E402
 
 from im2rec import faces, recordio  # noqa: E402
 
@@ -42,17 +41,11 @@ def build(path: Path, n: int) -> int:
         return w.tell()
 
 
-def best(fn, rounds: int, folder: Path) -> float:
-    """Best time of fn; the outputs of the previous round are deleted first, untimed, for every contender."""
-    times = []
-    for _ in range(rounds):
-        for p in folder.rglob("*"):
-            if p.is_file() and p.name not in ("plain.rec", "plain.idx"):
-                p.unlink()
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+def clean(folder: Path) -> None:
+    """Delete the previous round's outputs (untimed, before every contender's round)."""
+    for p in folder.rglob("*"):
+        if p.is_file() and p.name not in ("plain.rec", "plain.idx"):
+            p.unlink()
 
 
 def main() -> None:
@@ -75,12 +68,15 @@ def main() -> None:
                         with open(d / f"copy{k}{ext}", "rb") as f:
                             os.fsync(f.fileno())
 
-        t_copy = best(copy, args.rounds, d)
-        t_sync = best(lambda: copy(sync=True), args.rounds, d)
-        t_face = best(lambda: faces.convert(str(src), str(d / "face" / "train.rec"), "insightface"), args.rounds, d)
-        t_shuf = best(lambda: faces.convert(str(src), str(d / "dali.rec"), "plain", shuffle=True), args.rounds, d)
-        t_copy2 = best(lambda: copy(2), args.rounds, d)
-        t_comb = best(lambda: faces.combine(str(d / "both" / "train.rec"), [str(src), str(src)], layout="insightface"), args.rounds, d)
+        def best(fn) -> float:
+            return best_of(fn, args.rounds, setup=lambda: clean(d))[0]
+
+        t_copy = best(copy)
+        t_sync = best(lambda: copy(sync=True))
+        t_face = best(lambda: faces.convert(str(src), str(d / "face" / "train.rec"), "insightface"))
+        t_shuf = best(lambda: faces.convert(str(src), str(d / "dali.rec"), "plain", shuffle=True))
+        t_copy2 = best(lambda: copy(2))
+        t_comb = best(lambda: faces.combine(str(d / "both" / "train.rec"), [str(src), str(src)], layout="insightface"))
         row("copy (.rec + .idx)", mb / t_copy, "MB/s", 1.0)
         row("copy, then fsync (outputs on disk, as ours)", mb / t_sync, "MB/s", t_copy / t_sync)
         row("convert --layout insightface", mb / t_face, "MB/s", t_copy / t_face)

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import corpus, image_files, row  # noqa: E402
+from common import best_of, corpus, image_files, row  # noqa: E402
 
 from im2rec.lst import ListEntry, write_lst  # noqa: E402
 
@@ -40,15 +40,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def best(fn, rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def main() -> None:
@@ -83,13 +74,13 @@ def main() -> None:
         write_lst(tmp / "twice.lst", [ListEntry(i, (0.0,), rel[i % len(rel)]) for i in range(2 * len(rel))])
 
         paths = [f"bench/images/{r}" for r in rel]
-        t_floor = best(lambda: s3fs.S3FileSystem(skip_instance_cache=True).cat(paths), args.rounds)
+        t_floor = best_of(lambda: s3fs.S3FileSystem(skip_instance_cache=True).cat(paths), args.rounds)[0]
 
         def pack(lst="list.lst", out="out.rec"):
             cmd = [sys.executable, "-m", "im2rec", "pack", str(tmp / lst), "s3://bench/images", str(tmp / out), "--pass-through", "--overwrite", "-q"]
             return cmd
 
-        t_pack = best(lambda: subprocess.run(pack(), check=True, env=env), args.rounds)
+        t_pack = best_of(lambda: subprocess.run(pack(), check=True, env=env), args.rounds)[0]
         print("\npack --pass-through from S3")
         row("fsspec concurrent cat of the same objects", mb / t_floor, "MB/s", 1.0, "the floor")
         row("im2rec pack --pass-through s3://...", mb / t_pack, "MB/s", t_floor / t_pack, "goal >= 0.8x")
@@ -97,8 +88,8 @@ def main() -> None:
         fs.put(str(tmp / "out.rec"), "bench/out.rec")
         fs.put(str(tmp / "out.idx"), "bench/out.idx")
         print("\nsequential verify scan")
-        t_vl = best(lambda: subprocess.run([sys.executable, "-m", "im2rec", "verify", str(tmp / "out.rec"), "-q"], check=True, env=env), args.rounds)
-        t_vr = best(lambda: subprocess.run([sys.executable, "-m", "im2rec", "verify", "s3://bench/out.rec", "-q"], check=True, env=env), args.rounds)
+        t_vl = best_of(lambda: subprocess.run([sys.executable, "-m", "im2rec", "verify", str(tmp / "out.rec"), "-q"], check=True, env=env), args.rounds)[0]
+        t_vr = best_of(lambda: subprocess.run([sys.executable, "-m", "im2rec", "verify", "s3://bench/out.rec", "-q"], check=True, env=env), args.rounds)[0]
         size = (tmp / "out.rec").stat().st_size / 1e6
         row("im2rec verify, local copy", size / t_vl, "MB/s", 1.0)
         row("im2rec verify s3://...", size / t_vr, "MB/s", t_vl / t_vr)
@@ -117,8 +108,8 @@ def main() -> None:
                 return sum(1 for _ in loader)
 
             n = len(files)
-            t_rl = best(lambda: epoch(str(tmp / "out.rec")), args.rounds)
-            t_rr = best(lambda: epoch("s3://bench/out.rec"), args.rounds)
+            t_rl = best_of(lambda: epoch(str(tmp / "out.rec")), args.rounds)[0]
+            t_rr = best_of(lambda: epoch("s3://bench/out.rec"), args.rounds)[0]
             print("\nrandom RecordDataset reads, 8 DataLoader workers (shuffled epoch)")
             row("local copy", n / t_rl, "rec/s", 1.0)
             row("s3://... (one ranged request per record)", n / t_rr, "rec/s", t_rl / t_rr)
@@ -127,10 +118,10 @@ def main() -> None:
         ends = dict(zip(sorted(index.offsets.tolist()), sorted(index.offsets.tolist())[1:] + [(tmp / "out.rec").stat().st_size]))
         sample = [int(o) for o in index.offsets[:200]]
         s3 = s3fs.S3FileSystem(skip_instance_cache=True)
-        t_cat = best(lambda: [s3.cat_file("bench/out.rec", start=o, end=ends[o]) for o in sample], args.rounds)
+        t_cat = best_of(lambda: [s3.cat_file("bench/out.rec", start=o, end=ends[o]) for o in sample], args.rounds)[0]
         ds = RecordDataset("s3://bench/out.rec", mode="raw")
         order = {int(o): i for i, o in enumerate(ds._offsets.tolist())}
-        t_ds = best(lambda: [ds[order[o]] for o in sample], args.rounds)
+        t_ds = best_of(lambda: [ds[order[o]] for o in sample], args.rounds)[0]
         print("\nrandom reads in one process, 200 records")
         row("fsspec cat_file of each record's range", len(sample) / t_cat, "rec/s", 1.0, "the floor")
         row("RecordDataset('s3://...')[i]", len(sample) / t_ds, "rec/s", t_cat / t_ds)

@@ -38,10 +38,12 @@ def image_files(root: Path) -> List[Path]:
     return sorted(p for p in root.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
 
 
-def best_of(fn: Callable[[], object], rounds: int = 5) -> Tuple[float, float]:
-    """Run fn `rounds` times; return (best, median) seconds."""
+def best_of(fn: Callable[[], object], rounds: int = 5, setup: Callable[[], object] | None = None) -> Tuple[float, float]:
+    """Run fn `rounds` times, each after an untimed `setup`; return (best, median) seconds."""
     times = []
     for _ in range(rounds):
+        if setup is not None:
+            setup()
         t = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)

@@ -32,7 +32,7 @@ from .fsutil import WriteBehind, atomic_open, commit, make_parents, remove_quiet
 from .image import image_info
 from .recordio import IRHEADER_SIZE, MAGIC, IRHeader, RecordReader, RecordWriter, pack, unpack
 
-__all__ = ["LAYOUTS", "LayoutResult", "convert", "combine", "read_property", "detect_layout"]
+__all__ = ["LAYOUTS", "LayoutResult", "convert", "combine", "insightface_outputs", "summary_line"]
 
 LAYOUTS = ("plain", "insightface")
 MAX_IDENTITY = 1 << 24  # identity ids and image keys are stored as float32 labels: exact below 2**24
@@ -157,26 +157,6 @@ class _Images:
 
     def close(self) -> None:
         self.reader.close()
-
-
-def detect_layout(rec: str) -> str:
-    """``"insightface"`` if record 0 of ``rec`` is an insightface header, else ``"plain"``."""
-    images = _Images(rec)
-    try:
-        return images.layout
-    finally:
-        images.close()
-
-
-def read_property(path: str) -> Tuple[int, int, int]:
-    """``(num_classes, height, width)`` from an insightface ``property`` file (further lines ignored)."""
-    with open(path, encoding="ascii") as f:
-        first = f.readline().strip()
-    try:
-        n, h, w = (int(x) for x in first.split(","))
-    except ValueError:
-        raise Im2recError(f"{path}:1: expected 'num_classes,height,width', got {first!r}") from None
-    return n, h, w
 
 
 def _check_identities(labels: np.ndarray, src: _Images, picks: np.ndarray) -> None:
