@@ -16,6 +16,19 @@ with three differences that ``pack`` needs:
 
 Workers ignore SIGINT: the parent decides, and ``close()`` (also on Ctrl-C,
 through the context manager) terminates and reaps every worker.
+
+The invariant that keeps it free of deadlock, for tasks and results of any size
+(``pack`` from a URL sends megabytes of fetched image bytes in each task batch,
+and gets megabytes of records back): **the thread that reads results never
+writes to a pipe.** Each worker has a feeder thread that sends its task batches;
+the main thread only waits for results (or a dead worker) and reads them. So a
+worker blocked on sending results is always read, and a feeder blocked on
+sending tasks only waits for its worker to finish the batch before. Sending
+tasks from the reading thread, as this pool once did, deadlocks as soon as a
+task batch and a result batch are both larger than the pipes' buffers: the
+parent waits in ``write()`` for the worker to read, while the worker waits in
+``write()`` for the parent to read. ``tests/test_pool.py`` holds sizes of up to
+5 MB each way.
 """
 
 from __future__ import annotations
@@ -25,10 +38,12 @@ import faulthandler
 import multiprocessing
 import multiprocessing.connection
 import os
+import queue
 import signal
 import sys
 import threading
 import time
+import warnings
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, Generic, Iterable, Iterator, List, Optional, Tuple, TypeVar
@@ -99,13 +114,42 @@ def _worker_main(
             return
 
 
+def _feed(tasks: Any, outbox: "queue.SimpleQueue[Optional[Batch]]") -> None:
+    """A feeder thread: send the batches put in ``outbox`` to one worker, until None.
+
+    Sending blocks while the worker is busy and its pipe is full; that is why it
+    happens here and not in the thread that reads the results (see the module's
+    docstring).
+    """
+    while True:
+        batch = outbox.get()
+        if batch is None:
+            return
+        try:
+            tasks.send(batch)
+        except OSError:  # the worker died: the reading thread sees its sentinel and retries its batches
+            return
+
+
 @dataclass
 class _Worker:
     process: Any
     conn: Any  # results come in here
-    tasks: Any  # batches go out here
+    tasks: Any  # batches go out here, sent by the feeder thread
+    outbox: "queue.SimpleQueue[Optional[Batch]]" = field(default_factory=queue.SimpleQueue)
+    feeder: Optional[threading.Thread] = None
     batches: Deque[Tuple[Batch, bool]] = field(default_factory=deque)  # (batch, sent alone after a crash)
     served: bool = False  # has returned results at least once
+
+    def start_feeder(self) -> None:
+        self.feeder = threading.Thread(target=_feed, args=(self.tasks, self.outbox), name="im2rec-pool-feeder", daemon=True)
+        self.feeder.start()
+
+    def stop_feeder(self) -> None:
+        """After the process has ended (so that a send in progress fails rather than blocks)."""
+        self.outbox.put(None)
+        if self.feeder is not None:
+            self.feeder.join(timeout=5)
 
 
 def _grow_pipe(conn: Any) -> None:
@@ -216,6 +260,8 @@ class OrderedPool(Generic[T, R]):
         try:
             for _ in range(workers):
                 self._workers.append(self._start())
+            for w in self._workers:  # once every worker is forked: see _start
+                w.start_feeder()
         except BaseException:
             self.close()
             raise
@@ -227,7 +273,12 @@ class OrderedPool(Generic[T, R]):
         parent = os.getpid() if self._mp.get_start_method() == "fork" else None
         args = (task_in, result_out, self._fn, self._context, self._quiet, self._initializer, parent)
         p = self._mp.Process(target=_worker_main, args=args, daemon=True)
-        p.start()
+        with warnings.catch_warnings():
+            # A replacement worker is forked while the feeder threads run (Python 3.12+ warns of any
+            # fork then). It is safe here: the child uses only its own two pipes, and a feeder holds
+            # no lock that the child takes (CPython resets the import lock and the GIL in the child).
+            warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
+            p.start()
         task_in.close()
         result_out.close()
         return _Worker(p, result_in, task_out)
@@ -265,10 +316,7 @@ class OrderedPool(Generic[T, R]):
                         if not batch:
                             break
                     w.batches.append((batch, alone))
-                    try:
-                        w.tasks.send(batch)
-                    except OSError:  # it died: its sentinel fires and the batch is retried
-                        break
+                    w.outbox.put(batch)  # never blocks: the feeder thread sends it
             if not any(w.batches for w in self._workers):
                 break
             waitables = {w.conn: w for w in self._workers if w.batches}
@@ -319,9 +367,12 @@ class OrderedPool(Generic[T, R]):
                 done[seq] = self._crashed(item, reason)
             else:
                 retry.extend(batch)
+        w.stop_feeder()
         w.conn.close()
         w.tasks.close()
-        self._workers[self._workers.index(w)] = self._start()
+        new = self._start()
+        new.start_feeder()
+        self._workers[self._workers.index(w)] = new
 
     def close(self) -> None:
         """Stop every worker now and reap it (idempotent)."""
@@ -333,6 +384,7 @@ class OrderedPool(Generic[T, R]):
             if w.process.is_alive():
                 w.process.kill()
                 w.process.join()
+            w.stop_feeder()
             w.conn.close()
             w.tasks.close()
         self._workers = []

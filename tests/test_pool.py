@@ -1,6 +1,7 @@
 """The ordered process pool: order, bounded read-ahead, crashing workers."""
 
 import multiprocessing
+import random
 import os
 import signal
 import subprocess
@@ -12,6 +13,8 @@ import pytest
 
 from im2rec.errors import WorkerError
 from im2rec.pool import OrderedPool
+
+from conftest import deadline
 
 
 def square(x, context):
@@ -117,3 +120,25 @@ def test_fork_only_while_the_process_is_clean():
     assert start_method("import json") == ["forkserver", "forkserver"]
     threaded = "import threading, time; threading.Thread(target=time.sleep, args=(5,), daemon=True).start()"
     assert start_method(threaded) == ["forkserver", "forkserver"]
+
+
+def sized(item, context):
+    """A task of any size in, a result of the size it asks for out."""
+    seed, task_bytes, result_size = item
+    return bytes([seed % 251]) * result_size
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_no_deadlock_with_large_tasks_and_large_results(workers):
+    """Tasks and results both far over a pipe's buffer, in random sizes (up to 4 MB each
+    way, 0 bytes too): the parent must never wait to send while a worker waits to be read.
+    Before the feeder threads this hung on the first batch (the parent in write() of a
+    task batch, the worker in write() of its results)."""
+    rng = random.Random(workers)
+    sizes = [(rng.choice([0, 1, 70_000, 1 << 20, 4 << 20, rng.randrange(5 << 20)]), rng.choice([0, 3, 150_000, 2 << 20, rng.randrange(5 << 20)])) for _ in range(120)]
+    items = ((seed, b"t" * task, result) for seed, (task, result) in enumerate(sizes))
+    with deadline(60, "OrderedPool.map"):
+        with OrderedPool(sized, None, workers, crashed, weigh=len) as pool:
+            for seed, out in enumerate(pool.map(items)):
+                assert out == bytes([seed % 251]) * sizes[seed][1]
+        assert seed == len(sizes) - 1

@@ -11,6 +11,8 @@ from im2rec import recordio
 from im2rec.cli import main
 from im2rec.storage import RemoteSource, StorageError, is_url, merge_options, parse_storage_option
 
+from conftest import deadline
+
 s3fs = pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'im2rec[s3]')")
 moto_server = pytest.importorskip("moto.server", reason="moto is not installed (pip install 'im2rec[test]')")
 
@@ -488,3 +490,39 @@ def test_the_rec_is_streamed_to_s3_while_it_is_written(s3, tmp_path):
     doomed.abort()
     assert not fs.exists("data/streamed/y.rec")
     assert fs.call_s3("list_multipart_uploads", Bucket="data").get("Uploads", []) == []  # no orphaned parts
+
+
+@pytest.fixture(scope="module")
+def real_size_corpora(tmp_path_factory, s3):
+    """The generator's ImageNet-like (about 70 KB) and large (about 2 MB) JPEGs, locally and under s3://data/real/."""
+    from im2rec.synthetic import CorpusSpec, make_corpus
+
+    base = tmp_path_factory.mktemp("real")
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    corpora = {}
+    # Enough images for three task batches per worker: a batch of fetched bytes and a batch
+    # of records both far over a pipe's buffer, the pattern that deadlocked the pool.
+    for size, spec in (("imagenet", CorpusSpec(classes=4, per_class=30, size="imagenet")), ("large", CorpusSpec(classes=2, per_class=17, size="large"))):
+        folder = base / size
+        make_corpus(str(folder), spec, workers=2)
+        fs.put(str(folder), f"data/real/{size}", recursive=True)
+        corpora[size] = folder
+    return corpora
+
+
+@pytest.mark.parametrize("size", ["imagenet", "large"])
+def test_default_pack_of_real_size_images_from_s3_to_s3_is_byte_identical_to_local(real_size_corpora, size, tmp_path, monkeypatch):
+    """What a user types: `list` of the prefix, then `pack` with no option (re-encoding, every core)."""
+    monkeypatch.setenv("IM2REC_STAGING", str(tmp_path / "staging"))
+    monkeypatch.chdir(tmp_path)
+    with deadline(180, f"pack of the {size} corpus from S3"):
+        result = run("list", f"s3://data/real/{size}", "l")
+        assert result.exit_code == 0, result.output
+        result = run("pack", "l.lst", f"s3://data/real/{size}", f"s3://data/real-out/{size}.rec")
+        assert result.exit_code == 0, result.output
+        assert result.stdout.startswith(f"packed {len(list(real_size_corpora[size].rglob('*.jpg')))} of ")
+        result = run("pack", "l.lst", real_size_corpora[size], "local.rec")
+        assert result.exit_code == 0, result.output
+    for ext in ("rec", "idx", "failed.tsv"):
+        assert s3_bytes(f"data/real-out/{size}.{ext}") == (tmp_path / f"local.{ext}").read_bytes(), ext
+    assert not (tmp_path / "s3:").exists()
