@@ -4,6 +4,7 @@ The reference files in tests/data/insightface/ were written by insightface's own
 (RecBuilder, shuffle_rec.py, its .bin writers) under MXNet 1.9.1; see their README.
 """
 
+import ast
 import os
 import shutil
 import struct
@@ -315,3 +316,35 @@ def test_bin_errors_name_the_file_and_line(face, tmp_path):
     result = run("bin", "extract", tmp_path / "junk.bin", tmp_path / "o")
     assert result.exit_code == 1 and result.stderr.startswith(f"Error: {tmp_path / 'junk.bin'}: not a readable verification set pickle: ")
     assert not (tmp_path / "o.bin").exists()
+
+
+# --------------------------------------------------------------------------- examples/insightface.py
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "insightface.py")
+
+
+@pytest.mark.parametrize("identities", [1, 2, 3, 6])
+def test_insightface_example_runs_on_a_generated_set_of_any_size(tmp_path, identities):
+    from im2rec.synthetic import FaceSpec, make_faces
+
+    make_faces(str(tmp_path), FaceSpec(identities=identities, per_identity=2, pairs=2))
+    proc = subprocess.run([sys.executable, EXAMPLE, str(tmp_path / "faces_emore" / "train.rec")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[:3] == [
+        f"{2 * identities} images, {identities} identities",
+        "first image: (112, 112, 3), identity 0",
+        "images per identity: min 2, median 2, max 2",
+    ]
+    batch = [ast.literal_eval(line) for line in lines[3:]]  # [(image key, identity), (image key, identity)] per identity
+    assert len(batch) == min(4, identities)
+    for (k1, label1), (k2, label2) in batch:
+        assert label1 == label2 and {k1, k2} <= {2 * label1 + 1, 2 * label1 + 2}  # both images of that identity
+    assert len({pair[0][1] for pair in batch}) == len(batch)  # each identity once
+
+
+def test_insightface_example_refuses_a_plain_rec(tmp_path):
+    with recordio.RecordWriter(tmp_path / "plain.rec", tmp_path / "plain.idx") as w:
+        w.write_idx(0, recordio.pack(recordio.IRHeader(0, 1.0, 0, 0), b"\xff\xd8\xff"))
+    proc = subprocess.run([sys.executable, EXAMPLE, str(tmp_path / "plain.rec")], capture_output=True, text=True)
+    assert proc.returncode == 1 and "no insightface header at key 0" in proc.stderr
