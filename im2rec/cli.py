@@ -223,7 +223,8 @@ def _raise_terminated(signum, frame):
 @click.option("--center-crop", is_flag=True, help="Crop the central square first.")
 @click.option("--quality", type=int, default=None, help="JPEG quality 1-100 [default: 95], or PNG compression 0-9 [default: 9: im2rec.py passes its quality 95, which OpenCV takes as 9].")
 @click.option("--encoding", type=click.Choice(image.ENCODINGS), default=".jpg", show_default=True, help="Encoding of the stored images.")
-@click.option("--color", type=click.Choice(["1", "0", "-1"]), default="1", show_default=True, help="1: colour, 0: gray, -1: unchanged (alpha and 16 bits kept, no EXIF rotation).")
+@click.option("--color", type=click.Choice(["1", "0", "-1"]), default="1", show_default=True, help="1: colour, 0: gray (both drop alpha, as im2rec.py: images that had transparency are counted and named), -1: unchanged (alpha and 16 bits kept, no EXIF rotation).")
+@click.option("--alpha-background", type=_Parsed("COLOR", image.parse_color), default=None, help="Composite images that have transparency over COLOR (white, black, #RRGGBB or R,G,B) instead of dropping their alpha channel; opaque images are unchanged. With --color 1 or 0, not -1 or --pass-through.")
 @click.option("--pass-through", is_flag=True, help="Store each file's bytes unchanged (no decode, resize or re-encode; cheap checks only).")
 @click.option("--inter-method", type=_Parsed("METHOD", image.parse_inter_method), default="linear", show_default=True, help="Resize interpolation: nearest, linear, cubic, area, lanczos, auto, random (or im2rec.cc's 0-4, 9, 10).")
 @click.option("--full-decode", is_flag=True, help="Always decode JPEGs at full size (by default a JPEG 3x larger than the target is decoded at 1/2, 1/4 or 1/8 scale: faster, less aliasing).")
@@ -246,7 +247,7 @@ def _raise_terminated(signum, frame):
 @quiet_option
 @storage_option
 @translate_errors
-def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, pass_through, inter_method, full_decode, max_pixels, pack_label, label_width, layout, allow_outside_root, workers, strict, max_errors, overwrite, resume, stats_path, num_parts, part_index, shard_size, dask_address, no_merge, quiet, storage_options):
+def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, alpha_background, pass_through, inter_method, full_decode, max_pixels, pack_label, label_width, layout, allow_outside_root, workers, strict, max_errors, overwrite, resume, stats_path, num_parts, part_index, shard_size, dask_address, no_merge, quiet, storage_options):
     """Pack the images of LIST (paths relative to ROOT) into OUT.rec and OUT.idx.
 
     OUT defaults to LIST with .rec. Each record holds the list index as its id and
@@ -255,6 +256,11 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
     OUT.failed.tsv; the run goes on. Outputs appear only when complete; an
     interrupted run can be continued with --resume.
 
+    --color 1 and 0 drop the alpha channel, as im2rec.py does: a picture kept in
+    the alpha channel (over white or black colour channels) packs as a blank
+    image. Images that had transparency are counted in the summary and named in a
+    warning and in --stats; --alpha-background COLOR composites them instead.
+
     \b
     Examples:
       im2rec pack train.lst images/                       # train.rec, train.idx
@@ -262,6 +268,7 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
       im2rec pack image.lst root out.rec --resize 256 --label-width 4
       im2rec pack train.lst images/ --pass-through         # store the files as they are
       im2rec pack val.lst images/ --resize 256 --center-crop --encoding .png
+      im2rec pack icons.lst icons/ --alpha-background white       # transparent PNGs over white
       im2rec pack train.lst images/ --strict --stats pack.json   # for CI
       im2rec pack train.lst images/ --resize 256 --resume  # after a crash or kill
       im2rec pack train.lst images/ out.rec --num-parts 8 --part-index 3   # one of 8 array jobs
@@ -278,6 +285,10 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
       2  a usage error
       130/143  interrupted by Ctrl-C / SIGTERM (rerun with --resume)
     """
+    if alpha_background is not None and pass_through:
+        raise click.UsageError("--alpha-background composites decoded images: it cannot be combined with --pass-through, which stores the files unchanged")
+    if alpha_background is not None and color == "-1":
+        raise click.UsageError("--alpha-background cannot be combined with --color -1, which keeps the alpha channel: use --color 1 or 0")
     try:
         image_options = image.ImageOptions(
             resize=resize,
@@ -289,6 +300,7 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
             pass_through=pass_through,
             reduced_decode=not full_decode,
             max_pixels=max_pixels,
+            alpha_background=alpha_background,
         )
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="'--quality'") from None

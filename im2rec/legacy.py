@@ -230,7 +230,7 @@ def pack_lists(args: argparse.Namespace) -> List[packing.PackSummary]:
                 remove_quietly(normalized)
         if not summary.failed:
             remove_quietly(out.failed)  # im2rec.py writes no such file; keep it only when it says something
-        print(packing.summary_line(summary))
+        print(packing.summary_line(summary, alpha_hint="`im2rec pack --alpha-background COLOR` composites them"))  # no such option here
         summaries.append(summary)
     return summaries
 

@@ -5,14 +5,17 @@ The pipeline is three stages joined in ``pack()``:
 1. ``check_list`` reads the whole ``.lst`` once, before any image is touched: a
    malformed line, a duplicate index or a wrong label count stops the run with
    ``file:line`` and nothing is written.
-2. ``encode_record`` turns a Task into a Result: read the file, ``image.transform``
+2. ``encode_record`` turns a Task into a Result: read the file, ``image.transform_image``
    it, ``recordio.pack`` it with its IRHeader. A bad image is a Result with a
-   reason, never an exception. It runs in an ``OrderedPool`` of worker processes,
-   or in this process for ``--pass-through`` (reading a file costs less than
-   handing it between processes).
+   reason, never an exception; an image that had transparency (which ``--color``
+   dropped, or ``--alpha-background`` filled) says so in its Result. It runs in
+   an ``OrderedPool`` of worker processes, or in this process for
+   ``--pass-through`` (reading a file costs less than handing it between
+   processes).
 3. ``_write`` takes the Results in list order and writes the records and their
    ``.idx`` lines through one ``RecordWriter``, and the failures to
-   ``OUT.failed.tsv``.
+   ``OUT.failed.tsv``; it counts the images that had transparency and keeps the
+   first ``TRANSPARENT_EXAMPLES`` of them for the summary, the warning and ``--stats``.
 
 Nothing is written under a final name until the run is complete: the outputs
 grow as ``OUT.rec.partial``, ``OUT.idx.partial`` and ``OUT.failed.tsv.partial``
@@ -48,7 +51,7 @@ import numpy as np
 from . import __version__, faces, recordio, storage
 from .errors import ImageError, ListFormatError, PackError, TooManyFailures
 from .fsutil import WriteBehind, atomic_open, commit, make_parents, remove_quietly
-from .image import ImageOptions, init_worker, transform
+from .image import ImageOptions, format_color, init_worker, transform_image
 from .lst import format_label, iter_lst
 from .pool import OrderedPool
 from .shards import ShardedWriter, existing_shard_outputs, part_path
@@ -65,11 +68,15 @@ __all__ = [
     "encode_record",
     "write_stats",
     "summary_line",
+    "transparency_clause",
+    "transparency_warning",
 ]
 
 log = logging.getLogger(__name__)
 
 FAILED_HEADER = "index\tpath\treason\n"
+TRANSPARENT_EXAMPLES = 100  # images with transparency kept by name for the warning and --stats (the count is exact)
+ALPHA_HINT = "pass --alpha-background COLOR to composite them"
 WRITE_BUFFER = 1 << 20  # records are copied into a 1 MiB buffer: one write call per MiB, not per record
 
 
@@ -177,6 +184,7 @@ class Result(NamedTuple):
     framed: Optional[bytes]
     kind: str = ""  # failure category, see ImageError
     reason: str = ""
+    transparent: bool = False  # the image had transparency (see image.Decoded); the record bytes do not say it
 
 
 @dataclass
@@ -200,6 +208,9 @@ class PackSummary:
     header_split: List[int] = field(default_factory=list)  # keys of records split inside their header
     retried: int = 0  # a URL ROOT: requests retried after a transient failure
     identities: Optional[int] = None  # insightface layout: identity records written
+    transparent: int = 0  # packed images that had transparency (alpha not all opaque)
+    transparent_examples: List[Tuple[int, str]] = field(default_factory=list)  # (index, path), the first TRANSPARENT_EXAMPLES
+    alpha_background: Optional[Tuple[int, int, int]] = None  # what they were composited over; None: alpha was dropped
 
     @property
     def failed(self) -> int:
@@ -405,11 +416,11 @@ def encode_record(task: Task, opts: ImageOptions) -> Result:
     try:
         if isinstance(task.data, tuple):  # the fetch from a URL ROOT failed
             return Result(task, None, task.data[0], task.data[1])
-        body = transform(task.data if task.data is not None else _read_file(task.file), opts, task.index)
-        payload = recordio.pack(recordio.IRHeader(0, task.label, task.index, 0), body)
+        out = transform_image(task.data if task.data is not None else _read_file(task.file), opts, task.index)
+        payload = recordio.pack(recordio.IRHeader(0, task.label, task.index, 0), out.data)
         if len(payload) > recordio.MAX_RECORD_SIZE:
             return Result(task, None, "too-large", f"record of {len(payload):,} bytes is above RecordIO's 2**29-byte limit")
-        return Result(task, recordio.frame(payload))
+        return Result(task, recordio.frame(payload), transparent=out.transparent)
     except ImageError as e:
         return Result(task, None, e.kind, str(e))
     except MemoryError:
@@ -470,6 +481,10 @@ def _write(
             summary.packed += 1
             if result.framed[7] >> 5 == 1 and recordio.framed_splits_header(result.framed):  # byte 7: the cflag bits
                 summary.header_split.append(task.index)
+            if result.transparent:
+                summary.transparent += 1
+                if len(summary.transparent_examples) < TRANSPARENT_EXAMPLES:
+                    summary.transparent_examples.append((task.index, task.path))
         else:
             failed.write(f"{task.index}\t{_tsv_field(task.path)}\t{result.kind}: {_tsv_field(result.reason)}\n")
             failed.flush()  # before any later record reaches the disk, so that --resume keeps it
@@ -492,7 +507,8 @@ def _fingerprint(lst: str, root: str, opts: PackOptions) -> dict:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     root = root if storage.is_url(root) else os.path.abspath(root)
-    return {"list": os.path.abspath(lst), "list_sha256": h.hexdigest(), "root": root, "options": opts.output_affecting()}
+    fingerprint = {"list": os.path.abspath(lst), "list_sha256": h.hexdigest(), "root": root, "options": opts.output_affecting()}
+    return json.loads(json.dumps(fingerprint))  # as the state file reads back: tuples become lists
 
 
 def _resume(
@@ -625,7 +641,7 @@ def pack(
     if opts.part_index is not None:
         out_rec = part_path(out_rec, opts.part_index, opts.num_parts)
     out = Outputs.for_rec(out_rec)
-    summary = PackSummary(lst, root, out)
+    summary = PackSummary(lst, root, out, alpha_background=opts.image.alpha_background)
     if not storage.is_url(root) and not os.path.isdir(root):
         raise PackError(f"{root}: no such folder")
     if opts.resume and not opts.overwrite and all(os.path.exists(p) for p in out.finals) and not os.path.exists(out.state):
@@ -658,6 +674,8 @@ def pack(
             len(summary.header_split),
             keys,
         )
+    if summary.transparent and summary.alpha_background is None:
+        log.warning("%s", transparency_warning(summary))
     summary.complete = True
     summary.seconds = time.perf_counter() - started
     return summary
@@ -845,8 +863,34 @@ def _pack_sharded(lst: str, root: str, opts: PackOptions, progress: Progress, su
 # --------------------------------------------------------------------------- reporting
 
 
-def summary_line(s: PackSummary) -> str:
-    """One line for humans: packed, failed by reason, bytes, seconds."""
+def _images(n: int) -> str:
+    return f"{n:,} image{'s' if n != 1 else ''}"
+
+
+def transparency_clause(s: PackSummary, hint: str = ALPHA_HINT) -> str:
+    """The summary's words on images that had transparency ('' when none had); ``hint``
+    says how to composite them instead of dropping their alpha."""
+    if not s.transparent:
+        return ""
+    had = f"{_images(s.transparent)} had transparency" + (" (since the resume)" if s.resumed_from else "")
+    if s.alpha_background is not None:
+        return f"{had}, composited over {format_color(s.alpha_background)}"
+    return f"{had}; alpha was dropped ({hint})"
+
+
+def transparency_warning(s: PackSummary, names: int = 3) -> str:
+    """The warning for images whose alpha was dropped, naming the first few."""
+    shown = [path for _, path in s.transparent_examples[:names]]
+    more = f" and {s.transparent - len(shown):,} more" if s.transparent > len(shown) else ""
+    return (
+        f"{s.outputs.rec}: {_images(s.transparent)} had transparency and {'were' if s.transparent != 1 else 'was'} "
+        f"packed with the alpha channel dropped, as im2rec.py does (a picture kept in alpha packs as a blank "
+        f"image): {', '.join(shown)}{more}; `im2rec pack --alpha-background COLOR` composites them over a colour instead"
+    )
+
+
+def summary_line(s: PackSummary, alpha_hint: str = ALPHA_HINT) -> str:
+    """One line for humans: packed, failed by reason, bytes, seconds, images that had transparency."""
     if s.already_complete:
         return f"{s.outputs.rec} is already complete: nothing to resume"
     rate = (s.packed - s.resumed_packed) / s.seconds if s.seconds else 0.0
@@ -860,6 +904,7 @@ def summary_line(s: PackSummary) -> str:
         f"in {s.seconds:.1f} s ({rate:,.0f} images/s); "
         + (f"{s.failed:,} failed ({failed}), listed in {s.outputs.failed}" if s.failed else "0 failed")
         + (f"; {s.retried:,} requests retried" if s.retried else "")
+        + (f"; {transparency_clause(s, alpha_hint)}" if s.transparent else "")
     )
 
 
@@ -904,6 +949,13 @@ def write_stats(path: str, summary: PackSummary, options: PackOptions, argv: Opt
         "bytes": s.bytes,
         "seconds": round(s.seconds, 3),
         "images_per_second": round(s.packed / s.seconds, 1) if s.seconds else None,
+        "transparency": {
+            "images": s.transparent,  # packed images that had transparency
+            "alpha": "dropped" if s.alpha_background is None else f"composited over {format_color(s.alpha_background)}",
+            "counted_from": s.resumed_from,  # a resumed run counts the images after this list position only
+            "examples": [{"index": index, "path": path} for index, path in s.transparent_examples],
+            "examples_limit": TRANSPARENT_EXAMPLES,
+        },
         "outputs": _output_hashes(s),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

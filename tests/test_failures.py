@@ -387,6 +387,29 @@ def test_resume_refuses_other_options(slow_job, tmp_path):
     assert not list(tmp_path.glob("*.partial")) and not (tmp_path / "o.resume.json").exists()
 
 
+def test_resume_keeps_the_alpha_background_and_refuses_another(tmp_path):
+    """--alpha-background changes bytes: a resumed run must have the same one (white and #FFFFFF are the same)."""
+    root = tmp_path / "img"
+    root.mkdir()
+    picture = np.random.default_rng(0).integers(0, 256, (30, 40), dtype=np.uint8)
+    cv2.imwrite(str(root / "a.png"), np.dstack([np.full_like(picture, 255)] * 3 + [picture]))
+    cv2.imwrite(str(root / "b.png"), np.dstack([picture] * 3 + [255 - picture]))
+    write_lst(tmp_path / "t.lst", [ListEntry(0, (0.0,), "a.png"), ListEntry(1, (0.0,), "gone.png"), ListEntry(2, (0.0,), "b.png")])
+    args = ["--encoding", ".png", "--workers", "1"]
+    assert run("pack", tmp_path / "t.lst", root, tmp_path / "ref.rec", *args, "--alpha-background", "white").exit_code == 0
+    stopped = run("pack", tmp_path / "t.lst", root, tmp_path / "o.rec", *args, "--alpha-background", "white", "--max-errors", "0")
+    assert stopped.exit_code == 1 and (tmp_path / "o.rec.partial").exists()
+    for other in (["--alpha-background", "black"], []):
+        refused = run("pack", tmp_path / "t.lst", root, tmp_path / "o.rec", *args, *other, "--resume")
+        assert refused.exit_code == 1 and "the interrupted run had a different options" in refused.stderr
+    resumed = run("pack", tmp_path / "t.lst", root, tmp_path / "o.rec", *args, "--alpha-background", "#FFFFFF", "--resume", "--stats", tmp_path / "s.json")
+    assert resumed.exit_code == 0, resumed.output
+    assert resumed.stdout.rstrip().endswith("; 1 image had transparency (since the resume), composited over #FFFFFF")
+    assert (tmp_path / "o.rec").read_bytes() == (tmp_path / "ref.rec").read_bytes()
+    transparency = json.loads((tmp_path / "s.json").read_text())["transparency"]
+    assert transparency["images"] == 1 and transparency["counted_from"] == 1
+
+
 def test_file_size_limit_is_a_clear_error(slow_job, tmp_path):
     lst, root = slow_job
 

@@ -1,11 +1,15 @@
 """Per-image work: headers, decoding at reduced scale, odd but valid images, bad bytes."""
 
+import dataclasses
+import struct
+import zlib
+
 import cv2
 import numpy as np
 import pytest
 
 from im2rec.errors import ImageError
-from im2rec.image import ImageOptions, image_info, transform
+from im2rec.image import ImageOptions, composite, decode_image, format_color, image_info, parse_color, transform, transform_image
 
 
 def jpeg(img, quality=92, progressive=False):
@@ -239,3 +243,167 @@ def test_golden_tree_at_resize_32_has_im2rec_py_sizes(data_dir, tmp_path):
             source = cv2.imread(str(data_dir / "tree" / paths[key]), cv2.IMREAD_COLOR)
             out = decode(recordio.unpack(r.read(key))[1])
             assert out.shape[1::-1] == im2rec_py_size(*source.shape[:2], 32, False), paths[key]
+
+
+# --------------------------------------------------------------------------- transparency
+
+
+def png_chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def handmade_png(width, height, color_type, depth, rows, chunks=b""):
+    """A PNG written with zlib and struct, for what cv2.imwrite cannot express (palettes, tRNS)."""
+    ihdr = struct.pack(">IIBBBBB", width, height, depth, color_type, 0, 0, 0)
+    idat = zlib.compress(b"".join(b"\0" + row for row in rows))
+    return b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + chunks + png_chunk(b"IDAT", idat) + png_chunk(b"IEND", b"")
+
+
+PALETTE = png_chunk(b"PLTE", bytes([255, 0, 0, 0, 255, 0, 0, 0, 255, 255, 255, 255]))
+
+
+def rgba_image(h=24, w=32, alpha=None, seed=0):
+    rng = np.random.default_rng(seed)
+    img = rng.integers(0, 256, (h, w, 4), dtype=np.uint8)
+    img[..., 3] = rng.integers(0, 256, (h, w)) if alpha is None else alpha
+    return img
+
+
+def encoded(ext, img, *params):
+    return cv2.imencode(ext, img, list(params))[1].tobytes()
+
+
+TRANSPARENCY_CASES = {
+    # name: (file bytes, had transparency)
+    "rgba": (encoded(".png", rgba_image()), True),
+    "rgba, alpha all 255": (encoded(".png", rgba_image(alpha=255)), False),
+    "rgba, one pixel 254": (encoded(".png", np.dstack([rgba_image()[..., :3], np.pad(np.full((1, 1), 254, np.uint8), ((0, 23), (0, 31)), constant_values=255)])), True),
+    "rgba 16-bit": (encoded(".png", rgba_image().astype(np.uint16) * 257), True),
+    "rgba 16-bit, alpha all 65535": (encoded(".png", np.dstack([rgba_image()[..., :3].astype(np.uint16) * 257, np.full((24, 32), 65535, np.uint16)])), False),
+    "gray+alpha": (handmade_png(2, 1, 4, 8, [bytes([100, 0, 200, 255])]), True),
+    "gray+alpha 16-bit": (handmade_png(2, 1, 4, 16, [struct.pack(">4H", 100, 65535, 50000, 65534)]), True),
+    "palette with tRNS": (handmade_png(4, 1, 3, 8, [bytes([0, 1, 2, 3])], PALETTE + png_chunk(b"tRNS", bytes([0, 128]))), True),
+    "palette with tRNS all 255": (handmade_png(4, 1, 3, 8, [bytes([0, 1, 2, 3])], PALETTE + png_chunk(b"tRNS", bytes([255, 255]))), False),
+    "palette 2-bit with tRNS": (handmade_png(4, 1, 3, 2, [bytes([0b00011011])], PALETTE + png_chunk(b"tRNS", bytes([0]))), True),
+    "palette without tRNS": (handmade_png(4, 1, 3, 8, [bytes([0, 1, 2, 3])], PALETTE), False),
+    "rgb with tRNS": (handmade_png(2, 1, 2, 8, [bytes([10, 20, 30, 40, 50, 60])], png_chunk(b"tRNS", struct.pack(">3H", 10, 20, 30))), True),
+    # OpenCV returns gray+tRNS without alpha: the transparent value is read from the chunk
+    "gray with tRNS": (handmade_png(4, 1, 0, 8, [bytes([50, 100, 150, 200])], png_chunk(b"tRNS", struct.pack(">H", 50))), True),
+    "gray with an unused tRNS": (handmade_png(4, 1, 0, 8, [bytes([51, 100, 150, 200])], png_chunk(b"tRNS", struct.pack(">H", 50))), False),
+    "gray 1-bit with tRNS": (handmade_png(8, 1, 0, 1, [bytes([0b10110000])], png_chunk(b"tRNS", struct.pack(">H", 1))), True),
+    "gray 16-bit with tRNS": (handmade_png(2, 1, 0, 16, [struct.pack(">2H", 1000, 2000)], png_chunk(b"tRNS", struct.pack(">H", 2000))), True),
+    "rgb": (encoded(".png", rgba_image()[..., :3]), False),
+    "webp lossless": (encoded(".webp", rgba_image(), cv2.IMWRITE_WEBP_QUALITY, 101), True),
+    "webp lossy": (encoded(".webp", rgba_image(), cv2.IMWRITE_WEBP_QUALITY, 80), True),
+    "webp opaque": (encoded(".webp", rgba_image(alpha=255), cv2.IMWRITE_WEBP_QUALITY, 101), False),
+    "bmp 32-bit": (encoded(".bmp", rgba_image()), True),
+    "tiff": (encoded(".tiff", rgba_image()), True),
+    "gif with a transparent index": (
+        b"GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff!\xf9\x04\x01\x00\x00\x00\x00,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;",
+        True,
+    ),
+    "jpeg": (jpeg(rgba_image()[..., :3]), False),
+}
+
+
+@pytest.mark.parametrize("name", list(TRANSPARENCY_CASES))
+def test_transparency_is_detected_and_pixels_stay_im2rec_py_s(name):
+    data, had = TRANSPARENCY_CASES[name]
+    for color, flag in ((1, cv2.IMREAD_COLOR), (0, cv2.IMREAD_GRAYSCALE)):
+        out = decode_image(data, ImageOptions(color=color))
+        assert out.transparent is had, (name, color)
+        assert np.array_equal(out.image, decode(data, flag)), (name, color)  # what im2rec.py's cv2.imread gives
+        assert transform_image(data, ImageOptions(color=color)) == (transform(data, ImageOptions(color=color)), had)
+    assert decode_image(data, ImageOptions(color=-1)).transparent is False  # alpha kept: nothing dropped
+
+
+def test_opaque_images_keep_their_bytes_with_alpha_background():
+    for name, (data, had) in TRANSPARENCY_CASES.items():
+        if not had:
+            for opts in (ImageOptions(resize=16), ImageOptions(resize=16, color=0, encoding=".png")):
+                with_bg = transform_image(data, dataclasses.replace(opts, alpha_background=(255, 0, 255)))
+                assert with_bg == (transform(data, opts), False), name
+
+
+def test_jpegs_ignore_alpha_background_on_every_decode_path():
+    data = jpeg(detailed(900, 1200))
+    for opts in (ImageOptions(resize=100), ImageOptions(resize=100, reduced_decode=False), ImageOptions(color=0)):
+        assert transform(data, dataclasses.replace(opts, alpha_background=(0, 0, 0))) == transform(data, opts)
+
+
+def test_composite_is_colour_times_alpha_plus_background_rounded():
+    c, a = np.meshgrid(np.arange(256), np.arange(256))
+    img = np.dstack([c, c, c, a]).astype(np.uint8)
+    for bg in ((0, 0, 0), (255, 255, 255), (12, 200, 77)):
+        want = np.round(c[..., None] * (a[..., None] / 255) + np.array(bg[::-1]) * (1 - a[..., None] / 255))
+        assert np.array_equal(composite(img, bg), want.astype(np.uint8)), bg
+    # 16 bits: the same, with a = alpha / 65535 and the colour scaled to 0-255
+    img16 = np.array([[[65535, 32768, 0, 32768], [1000, 2000, 3000, 0], [65535, 65535, 65535, 65535]]], np.uint16)
+    assert composite(img16, (0, 0, 0)).tolist() == [[[128, 64, 0], [0, 0, 0], [255, 255, 255]]]
+    assert composite(img16, (255, 255, 255)).tolist() == [[[255, 191, 127], [255, 255, 255], [255, 255, 255]]]
+
+
+def test_a_picture_kept_in_alpha_shows_over_black():
+    """MATE's 'abstract' wallpapers: white colour channels, the picture in the alpha channel."""
+    picture = rgba_image()[..., 3]
+    wallpaper = np.dstack([np.full_like(picture, 255)] * 3 + [picture])
+    data = encoded(".png", wallpaper)
+    assert np.all(decode_image(data, ImageOptions()).image == 255)  # im2rec.py's blank image
+    over_black = decode_image(data, ImageOptions(alpha_background=(0, 0, 0)))
+    assert over_black.transparent and over_black.image.shape == (24, 32, 3)
+    assert all(np.array_equal(over_black.image[..., i], picture) for i in range(3))
+    gray = decode_image(data, ImageOptions(color=0, alpha_background=(0, 0, 0))).image
+    assert np.array_equal(gray, picture)
+    assert np.all(decode_image(data, ImageOptions(alpha_background=(255, 255, 255))).image == 255)
+
+
+def test_palette_and_gray_trns_composite():
+    pal = TRANSPARENCY_CASES["palette with tRNS"][0]  # red a=0, green a=128, blue and white opaque; over blue:
+    assert decode_image(pal, ImageOptions(alpha_background=(0, 0, 255))).image.tolist() == [[[255, 0, 0], [127, 128, 0], [255, 0, 0], [255, 255, 255]]]  # BGR
+    gray = TRANSPARENCY_CASES["gray with tRNS"][0]  # 50 is transparent
+    assert decode_image(gray, ImageOptions(alpha_background=(255, 255, 255))).image[..., 0].tolist() == [[255, 100, 150, 200]]
+
+
+def with_png_exif(data, orientation):
+    tiff = b"II*\x00" + (8).to_bytes(4, "little") + (1).to_bytes(2, "little")
+    tiff += (0x0112).to_bytes(2, "little") + (3).to_bytes(2, "little") + (1).to_bytes(4, "little") + orientation.to_bytes(2, "little") + b"\0\0\0\0\0\0"
+    return data[:33] + png_chunk(b"eXIf", tiff) + data[33:]  # after IHDR
+
+
+def with_webp_exif(data, width, height, orientation):
+    tiff = with_png_exif(b"\0" * 33, orientation)[33 + 8 : -4]
+    vp8x = b"VP8X" + struct.pack("<I", 10) + bytes([0x18, 0, 0, 0]) + (width - 1).to_bytes(3, "little") + (height - 1).to_bytes(3, "little")
+    body = b"WEBP" + vp8x + data[12:] + b"EXIF" + struct.pack("<I", len(tiff)) + tiff
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_composite_is_turned_as_the_plain_decode_is(orientation):
+    """imdecode turns PNG and WebP by their EXIF, except with IMREAD_UNCHANGED (where alpha is): turned alike."""
+    img = rgba_image(5, 7)
+    flat = composite(img, (0, 0, 0))  # what compositing the unturned image gives
+    for make in (lambda x: with_png_exif(encoded(".png", x), orientation), lambda x: with_webp_exif(encoded(".webp", x, cv2.IMWRITE_WEBP_QUALITY, 101), 7, 5, orientation)):
+        want = decode(make(flat), cv2.IMREAD_COLOR)  # cv2 turns the composited picture
+        got = decode_image(make(img), ImageOptions(alpha_background=(0, 0, 0)))
+        assert got.transparent and np.array_equal(got.image, want)
+        assert np.array_equal(decode_image(make(img), ImageOptions()).image, decode(make(img), cv2.IMREAD_COLOR))
+
+
+def test_parse_color():
+    assert parse_color("white") == (255, 255, 255)
+    assert parse_color(" Black ") == (0, 0, 0)
+    assert parse_color("#FF8000") == parse_color("#ff8000") == parse_color("255,128,0") == parse_color("255, 128, 0") == (255, 128, 0)
+    assert format_color((255, 128, 0)) == "#FF8000"
+    for bad in ("pink", "#FF80", "#GG0000", "256,0,0", "1,2", "-1,0,0", "", "1,2,3,4"):
+        with pytest.raises(ValueError, match=r"is not a colour: use white, black, #RRGGBB or R,G,B \(each 0-255\)"):
+            parse_color(bad)
+
+
+def test_alpha_background_options_validation():
+    assert ImageOptions(alpha_background=[1, 2, 3]).alpha_background == (1, 2, 3)
+    with pytest.raises(ValueError, match="alpha_background must be"):
+        ImageOptions(alpha_background=(0, 0, 256))
+    with pytest.raises(ValueError, match="cannot be combined with pass_through"):
+        ImageOptions(alpha_background=(0, 0, 0), pass_through=True)
+    with pytest.raises(ValueError, match="cannot be combined with color -1"):
+        ImageOptions(alpha_background=(0, 0, 0), color=-1)

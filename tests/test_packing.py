@@ -1,6 +1,9 @@
 """`im2rec pack`: golden parity with im2rec.py, options, determinism, labels."""
 
+import json
 import shutil
+import struct
+import zlib
 
 import cv2
 import numpy as np
@@ -223,3 +226,144 @@ def test_no_folder_is_created_when_the_list_is_refused(tmp_path, data_dir):
     (tmp_path / "bad.lst").write_text("0\t1.0\n")
     result = run("pack", tmp_path / "bad.lst", data_dir / "tree", tmp_path / "new" / "out.rec")
     assert result.exit_code == 1 and not (tmp_path / "new").exists()
+
+
+# --------------------------------------------------------------------------- transparency
+
+
+def transparent_folder(tmp_path, big=False):
+    """2 images with transparency (a picture kept in alpha over white, a shape over black) and 2 without."""
+    root = tmp_path / "img"
+    root.mkdir()
+    h, w = (1080, 1920) if big else (60, 80)
+    y, x = np.mgrid[0:h, 0:w]
+    picture = ((np.sin(x / 9.0) * np.cos(y / 7.0) + 1) * 127.5).astype(np.uint8)
+    white = np.full_like(picture, 255)
+    cv2.imwrite(str(root / "abstract.png"), np.dstack([white, white, white, picture]))
+    cv2.imwrite(str(root / "silhouette.png"), np.dstack([picture * 0, picture // 2, picture * 0, picture]))
+    cv2.imwrite(str(root / "opaque_rgba.png"), np.dstack([picture, 255 - picture, picture // 3, white]))
+    cv2.imwrite(str(root / "photo.jpg"), np.dstack([picture, picture, 255 - picture]))
+    names = ["abstract.png", "opaque_rgba.png", "photo.jpg", "silhouette.png"]
+    write_lst(tmp_path / "t.lst", [ListEntry(i, (0.0,), n) for i, n in enumerate(names)])
+    return tmp_path / "t.lst", root, picture
+
+
+def im2rec_py_payload(path, encoding=".jpg"):
+    """What MXNet's im2rec.py stores: cv2.imread(IMREAD_COLOR), then cv2.imencode at quality 95 (PNG: level 9)."""
+    params = [cv2.IMWRITE_JPEG_QUALITY, 95] if encoding == ".jpg" else [cv2.IMWRITE_PNG_COMPRESSION, 9]
+    return cv2.imencode(encoding, cv2.imread(str(path), cv2.IMREAD_COLOR), params)[1].tobytes()
+
+
+def test_transparency_is_counted_and_named_and_the_bytes_stay_im2rec_py_s(tmp_path):
+    lst, root, _ = transparent_folder(tmp_path)
+    result = run("pack", lst, root, tmp_path / "t.rec", "--workers", "2", "--stats", tmp_path / "s.json")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.rstrip().endswith("; 0 failed; 2 images had transparency; alpha was dropped (pass --alpha-background COLOR to composite them)")
+    assert result.stderr == (
+        f"warning: {tmp_path / 't.rec'}: 2 images had transparency and were packed with the alpha channel dropped, as im2rec.py does "
+        "(a picture kept in alpha packs as a blank image): abstract.png, silhouette.png; "
+        "`im2rec pack --alpha-background COLOR` composites them over a colour instead\n"
+    )
+    recs = records(tmp_path / "t.rec")
+    for e in read_lst(lst):
+        assert recs[e.index][1] == im2rec_py_payload(root / e.path), e.path
+    stats = json.loads((tmp_path / "s.json").read_text())
+    assert stats["transparency"] == {
+        "images": 2,
+        "alpha": "dropped",
+        "counted_from": 0,
+        "examples": [{"index": 0, "path": "abstract.png"}, {"index": 3, "path": "silhouette.png"}],
+        "examples_limit": 100,
+    }
+    assert stats["options"]["image"]["alpha_background"] is None
+
+
+def test_opaque_images_are_not_counted(tmp_path, data_dir):
+    lst, root, _ = transparent_folder(tmp_path)
+    write_lst(lst, [e for e in read_lst(lst) if e.path in ("opaque_rgba.png", "photo.jpg")])
+    result = run("pack", lst, root, tmp_path / "t.rec", "--stats", tmp_path / "s.json")
+    assert result.exit_code == 0 and result.stdout.rstrip().endswith("; 0 failed") and result.stderr == ""
+    assert json.loads((tmp_path / "s.json").read_text())["transparency"]["images"] == 0
+    # the golden tree has no transparency: no clause, no warning
+    result = run("pack", data_dir / "im2rec" / "all.lst", data_dir / "tree", tmp_path / "g.rec")
+    assert result.exit_code == 0 and "transparency" not in result.output
+
+
+def test_alpha_background_black_shows_the_picture_kept_in_alpha(tmp_path):
+    lst, root, picture = transparent_folder(tmp_path)
+    result = run("pack", lst, root, tmp_path / "b.rec", "--alpha-background", "black", "--encoding", ".png", "--stats", tmp_path / "s.json")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.rstrip().endswith("; 0 failed; 2 images had transparency, composited over #000000")
+    assert result.stderr == ""
+    out = decoded(tmp_path / "b.rec")
+    assert out[0].shape == (60, 80, 3)
+    for channel in range(3):
+        assert np.array_equal(out[0][..., channel], picture)  # white * a + black * (1 - a) = the alpha channel
+    assert np.array_equal(out[3][..., 1], (picture // 2 * (picture / 255)).round().astype(np.uint8))
+    assert not out[3][..., 0].any() and not out[3][..., 2].any()
+    for key, name in ((1, "opaque_rgba.png"), (2, "photo.jpg")):  # no transparency: im2rec.py's bytes
+        assert records(tmp_path / "b.rec")[key][1] == im2rec_py_payload(root / name, ".png")
+    stats = json.loads((tmp_path / "s.json").read_text())
+    assert stats["transparency"]["alpha"] == "composited over #000000" and stats["transparency"]["images"] == 2
+    assert stats["options"]["image"]["alpha_background"] == [0, 0, 0]
+
+
+@pytest.mark.parametrize("value,bgr", [("white", (255, 255, 255)), ("#FF8000", (0, 128, 255)), ("0,128,255", (255, 128, 0))])
+def test_alpha_background_colours(tmp_path, value, bgr):
+    lst, root, _ = transparent_folder(tmp_path)
+    assert run("pack", lst, root, tmp_path / "c.rec", "--alpha-background", value, "--encoding", ".png").exit_code == 0
+    silhouette = cv2.imread(str(root / "silhouette.png"), cv2.IMREAD_UNCHANGED)
+    clear = silhouette[..., 3] == 0  # fully transparent pixels show the background
+    assert clear.any() and (decoded(tmp_path / "c.rec")[3][clear] == bgr).all()
+    gray = run("pack", lst, root, tmp_path / "g.rec", "--alpha-background", value, "--encoding", ".png", "--color", "0")
+    assert gray.exit_code == 0 and decoded(tmp_path / "g.rec")[3].ndim == 2
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (["--alpha-background", "pink"], "Error: Invalid value for '--alpha-background': 'pink' is not a colour: use white, black, #RRGGBB or R,G,B (each 0-255)\n"),
+        (["--alpha-background", "#12345"], "Error: Invalid value for '--alpha-background': '#12345' is not a colour: use white, black, #RRGGBB or R,G,B (each 0-255)\n"),
+        (["--alpha-background", "0,0,256"], "Error: Invalid value for '--alpha-background': '0,0,256' is not a colour: use white, black, #RRGGBB or R,G,B (each 0-255)\n"),
+        (["--alpha-background", "white", "--color", "-1"], "Error: --alpha-background cannot be combined with --color -1, which keeps the alpha channel: use --color 1 or 0\n"),
+        (
+            ["--alpha-background", "white", "--pass-through"],
+            "Error: --alpha-background composites decoded images: it cannot be combined with --pass-through, which stores the files unchanged\n",
+        ),
+    ],
+)
+def test_bad_alpha_background_is_a_usage_error(tmp_path, options, message):
+    lst, root, _ = transparent_folder(tmp_path)
+    result = run("pack", lst, root, tmp_path / "o.rec", *options)
+    assert result.exit_code == 2
+    assert result.stderr.endswith(message)
+    assert not (tmp_path / "o.rec").exists() and not list(tmp_path.glob("o.*"))
+
+
+def test_palette_png_with_trns(tmp_path):
+    """A palette PNG whose transparency is a tRNS chunk (cv2.imwrite cannot write one: made with zlib and struct)."""
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    (tmp_path / "img").mkdir()
+    header = chunk(b"IHDR", struct.pack(">IIBBBBB", 16, 8, 8, 3, 0, 0, 0))  # 16x8, 8 bits, colour type 3: palette
+    palette = chunk(b"PLTE", bytes([255, 0, 0, 0, 255, 0, 0, 0, 255, 255, 255, 255])) + chunk(b"tRNS", bytes([0, 128]))
+    pixels = chunk(b"IDAT", zlib.compress((b"\0" + bytes([0, 1, 2, 3] * 4)) * 8))  # red (a=0), green (a=128), blue, white
+    (tmp_path / "img" / "pal.png").write_bytes(b"\x89PNG\r\n\x1a\n" + header + palette + pixels + chunk(b"IEND", b""))
+    write_lst(tmp_path / "p.lst", [ListEntry(0, (0.0,), "pal.png")])
+    result = run("pack", tmp_path / "p.lst", tmp_path / "img", tmp_path / "p.rec", "--encoding", ".png")
+    assert result.exit_code == 0 and "1 image had transparency; alpha was dropped" in result.stdout
+    assert records(tmp_path / "p.rec")[0][1] == im2rec_py_payload(tmp_path / "img" / "pal.png", ".png")
+    assert run("pack", tmp_path / "p.lst", tmp_path / "img", tmp_path / "w.rec", "--encoding", ".png", "--alpha-background", "white").exit_code == 0
+    assert decoded(tmp_path / "w.rec")[0][0, :4].tolist() == [[255, 255, 255], [127, 255, 127], [255, 0, 0], [255, 255, 255]]
+
+
+def test_full_hd_rgba_through_the_cli(tmp_path):
+    lst, root, _ = transparent_folder(tmp_path, big=True)
+    result = run("pack", lst, root, tmp_path / "hd.rec", "--workers", "2")
+    assert result.exit_code == 0, result.output
+    assert "; 2 images had transparency; alpha was dropped" in result.stdout
+    recs = records(tmp_path / "hd.rec")
+    assert recs[0][1] == im2rec_py_payload(root / "abstract.png")  # byte for byte what im2rec.py stores: a blank image
+    assert cv2.imdecode(np.frombuffer(recs[0][1], np.uint8), cv2.IMREAD_COLOR).min() >= 250
