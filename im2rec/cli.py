@@ -7,6 +7,7 @@ here and nowhere else; usage errors exit with 2, as click does.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -96,6 +97,35 @@ class _PathOrURL(click.ParamType):
         return self._path.convert(value, param, ctx)
 
 
+class _LocalOnly(click.ParamType):
+    """A local file or folder that exists; a URL is refused, saying why."""
+
+    def __init__(self, why: str, folder: bool = False):
+        self.name = "FOLDER" if folder else "FILE"
+        self._why = why
+        self._path = click.Path(exists=True, file_okay=not folder, dir_okay=folder)
+
+    def convert(self, value, param, ctx):
+        if storage.is_url(value):
+            self.fail(f"{value!r} is a URL: {self._why}", param, ctx)
+        return self._path.convert(value, param, ctx)
+
+
+class _Output(click.ParamType):
+    """Where a command writes: a local path, or a URL that the command writes to the store
+    (staged locally, then uploaded whole: see storage.StagedOutput)."""
+
+    name = "PATH"
+
+    def __init__(self, folder: bool = False):
+        self._path = click.Path(file_okay=not folder, dir_okay=folder)
+
+    def convert(self, value, param, ctx):
+        if storage.is_url(value):
+            return value
+        return self._path.convert(value, param, ctx)
+
+
 rec_argument = click.argument("rec", type=_PathOrURL())
 storage_option = click.option(
     "--storage-option",
@@ -112,7 +142,7 @@ def _options(pairs) -> Optional[dict]:
 
 @main.command("list")
 @click.argument("root", type=_PathOrURL(folder=True))
-@click.argument("prefix", type=click.Path(dir_okay=False))
+@click.argument("prefix", type=_Output())
 @click.option(
     "--exts",
     multiple=True,
@@ -151,6 +181,7 @@ def list_command(root, prefix, exts, recursive, train_ratio, test_ratio, chunks,
       im2rec list images/ data/ds --chunks 4          # data/ds_0.lst ... data/ds_3.lst
       im2rec list images/ data/flat --no-recursive --exts .jpg --exts .webp
       im2rec list s3://bucket/images data/train       # an object store's prefix
+      im2rec list images/ s3://bucket/lists/train     # lists written to the store
 
     Exit status: 0 on success, 1 when nothing can be listed (no image, unwritable
     output), 2 for usage errors.
@@ -167,7 +198,8 @@ def list_command(root, prefix, exts, recursive, train_ratio, test_ratio, chunks,
         seed=seed,
         stratify=stratify,
     )
-    result = listing.make_lists(root, prefix, options, storage_options=_options(storage_options))
+    with storage.StagedOutput(prefix, _options(storage_options), overwrite=True) as staged:
+        result = listing.make_lists(root, staged.path, options, storage_options=_options(storage_options))
     for skipped in result.skipped:
         click.echo(f"skipped {skipped.path!r}: {skipped.reason}", err=True)
     others = listing.skipped_exts_line(result.other_exts, options.exts)
@@ -175,8 +207,8 @@ def list_command(root, prefix, exts, recursive, train_ratio, test_ratio, chunks,
         click.echo(others, err=True)
     if not quiet:
         for path, count in result.lists.items():
-            click.echo(f"{path}: {plural(count, 'image')}")
-        click.echo(f"{result.classes_path}: {plural(len(result.classes), 'class', 'classes')}")
+            click.echo(f"{staged.shown(path)}: {plural(count, 'image')}")
+        click.echo(f"{staged.shown(result.classes_path or '')}: {plural(len(result.classes), 'class', 'classes')}")
 
 
 class _Bar(packing.Progress):
@@ -238,7 +270,7 @@ def _raise_terminated(signum, frame):
 @click.option("--max-errors", type=click.IntRange(min=0), default=None, help="Stop with status 1 as soon as more than N images have failed.")
 @click.option("--overwrite", is_flag=True, help="Replace existing outputs (and the files of an interrupted run).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run of the same command from its last complete record.")
-@click.option("--stats", "stats_path", type=click.Path(dir_okay=False), default=None, help="Write a JSON audit record: version, options, counts, bytes, timings, sha256 of the outputs.")
+@click.option("--stats", "stats_path", type=_Output(), default=None, help="Write a JSON audit record: version, options, counts, bytes, timings, sha256 of the outputs.")
 @click.option("--num-parts", type=click.IntRange(min=1), default=1, show_default=True, help="Split the list into N contiguous parts (with --part-index or --dask).")
 @click.option("--part-index", type=click.IntRange(min=0), default=None, help="Pack only part I of --num-parts, to OUT-0000I-of-0000N.rec; join parts with `im2rec merge`.")
 @click.option("--shard-size", type=_Parsed("SIZE", shards.parse_size), default=None, help="Start a new shard OUT-00000.rec, OUT-00001.rec, ... before one would pass SIZE (e.g. 1GB, 500MB); writes OUT.shards.json.")
@@ -334,6 +366,15 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
     if dask_address is not None:
         _pack_with_dask(lst, root, out, options, dask_address, num_parts if num_parts > 1 else None, not no_merge, strict, quiet)
         return
+    stats = storage.StagedOutput(stats_path, options.storage_options, overwrite=True) if stats_path else None  # its bucket checked now
+    try:
+        _pack_and_report(lst, root, out, options, stats, strict, quiet)
+    finally:
+        if stats is not None:
+            stats.close()
+
+
+def _pack_and_report(lst, root, out, options, stats, strict, quiet):
     bar = _Bar(not quiet)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
@@ -344,14 +385,16 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
         click.echo(f"Error: {what}; the finished part is kept: rerun with --resume to continue", err=True)
         sys.exit(143 if isinstance(e, _Terminated) else 130)
     except TooManyFailures as e:
-        if stats_path and e.summary is not None:
-            packing.write_stats(stats_path, e.summary, options, sys.argv)
+        if stats is not None and e.summary is not None:
+            packing.write_stats(stats.path, e.summary, options, sys.argv)
+            stats.upload()
         raise
     finally:
         bar.close()
         signal.signal(signal.SIGTERM, previous)
-    if stats_path:
-        packing.write_stats(stats_path, summary, options, sys.argv)
+    if stats is not None:
+        packing.write_stats(stats.path, summary, options, sys.argv)
+        stats.upload()
     if not quiet:
         click.echo(packing.summary_line(summary))
     if summary.failed and not summary.packed:
@@ -431,15 +474,16 @@ def merge_command(out, parts, layout, overwrite, quiet, storage_options):
 
 
 @main.command("convert")
-@click.argument("inp", metavar="IN.rec", type=click.Path(exists=True, dir_okay=False))
-@click.argument("out", metavar="OUT.rec", type=click.Path(dir_okay=False))
+@click.argument("inp", metavar="IN.rec", type=_PathOrURL())
+@click.argument("out", metavar="OUT.rec", type=_Output())
 @click.option("--layout", type=click.Choice(["plain", "insightface"]), required=True, help="plain: images only, keys 0..N-1 (for DALI); insightface: RecBuilder's layout (integer labels).")
 @click.option("--shuffle", is_flag=True, help="plain: the images in a seeded random order, as insightface's shuffle_rec.py.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --shuffle (numpy's RandomState): --seed 0 gives shuffle_rec.py's order after np.random.seed(0).")
 @click.option("--overwrite", is_flag=True, help="Replace existing outputs.")
 @quiet_option
+@storage_option
 @translate_errors
-def convert_command(inp, out, layout, shuffle, seed, overwrite, quiet):
+def convert_command(inp, out, layout, shuffle, seed, overwrite, quiet, storage_options):
     """Rewrite the images of IN.rec in another layout, copying their bytes (never re-encoding).
 
     Reads any layout: an insightface header at key 0 is detected, and the header
@@ -455,22 +499,30 @@ def convert_command(inp, out, layout, shuffle, seed, overwrite, quiet):
     Examples:
       im2rec convert faces_emore/train.rec dali/train.rec --layout plain --shuffle
       im2rec convert imagenet_style.rec faces/train.rec --layout insightface
+      im2rec convert s3://b/faces/train.rec s3://b/dali/train.rec --layout plain
+
+    A URL input is downloaded (with its .idx and property) to $IM2REC_STAGING or
+    the system's temporary folder, a URL output written there and uploaded whole:
+    that folder needs room for them.
     """
-    result = faces.convert(inp, out, layout, shuffle=shuffle, seed=seed, overwrite=overwrite)
-    _warn_sizes(result)
+    options = _options(storage_options)
+    with storage.StagedOutput(out, options, overwrite=overwrite) as staged, _staged_input(inp, options) as source:
+        result = faces.convert(source.path, staged.path, layout, shuffle=shuffle, seed=seed, overwrite=overwrite)
+    _warn_sizes(result, staged)
     if not quiet:
-        click.echo(faces.summary_line(result))
+        click.echo(staged.shown(faces.summary_line(result)))
 
 
 @main.command("combine")
-@click.argument("out", metavar="OUT.rec", type=click.Path(dir_okay=False))
-@click.argument("inputs", metavar="IN.rec...", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.argument("out", metavar="OUT.rec", type=_Output())
+@click.argument("inputs", metavar="IN.rec...", nargs=-1, required=True, type=_PathOrURL())
 @click.option("--labels", type=click.Choice(["offset", "keep"]), default="offset", show_default=True, help="offset: shift each input's labels past the previous inputs' classes, so identities never collide; keep: one label space shared by the inputs.")
 @click.option("--layout", type=click.Choice(["plain", "insightface"]), default=None, help="[default: insightface if every input is, else plain]")
 @click.option("--overwrite", is_flag=True, help="Replace existing outputs.")
 @quiet_option
+@storage_option
 @translate_errors
-def combine_command(out, inputs, labels, layout, overwrite, quiet):
+def combine_command(out, inputs, labels, layout, overwrite, quiet, storage_options):
     """One dataset from several different ones (unlike `merge`, which joins parts of one run).
 
     The images of every input, in the given order, with keys renumbered and
@@ -482,17 +534,26 @@ def combine_command(out, inputs, labels, layout, overwrite, quiet):
     Example:
       im2rec combine all/train.rec ms1m/train.rec glint/train.rec my_faces/train.rec
     """
-    result = faces.combine(out, list(inputs), labels=labels, layout=layout, overwrite=overwrite)
-    _warn_sizes(result)
+    options = _options(storage_options)
+    with contextlib.ExitStack() as stack:
+        staged = stack.enter_context(storage.StagedOutput(out, options, overwrite=overwrite))
+        sources = [stack.enter_context(_staged_input(path, options)) for path in inputs]
+        result = faces.combine(staged.path, [s.path for s in sources], labels=labels, layout=layout, overwrite=overwrite, names=list(inputs))
+    _warn_sizes(result, staged)
     if not quiet:
-        click.echo(faces.summary_line(result))
-        click.echo(f"label map: {result.sources} ({result.num_classes:,} classes)")
+        click.echo(staged.shown(faces.summary_line(result)))
+        click.echo(f"label map: {staged.shown(result.sources)} ({result.num_classes:,} classes)")
 
 
-def _warn_sizes(result) -> None:
+def _staged_input(path: str, storage_options) -> storage.StagedInput:
+    """A .rec read as a local file: for a URL, a downloaded copy with its .idx and property."""
+    return storage.StagedInput(path, (".idx", "property"), storage_options)
+
+
+def _warn_sizes(result, staged: storage.StagedOutput) -> None:
     if result.sizes_seen > 1:
         h, w = result.size
-        click.echo(f"warning: the images have {result.sizes_seen} different sizes; {result.property} says the most common, {h}x{w}", err=True)
+        click.echo(f"warning: the images have {result.sizes_seen} different sizes; {staged.shown(result.property)} says the most common, {h}x{w}", err=True)
 
 
 def _print_problems(rec: str, problems, limit: int = 1000) -> None:
@@ -506,11 +567,11 @@ def _print_problems(rec: str, problems, limit: int = 1000) -> None:
 @rec_argument
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 @click.option("--sample", type=click.IntRange(min=0), default=200, show_default=True, help="Records sampled for image formats and sizes.")
-@click.option("--grid", "grid_path", metavar="SHEET.jpg", type=click.Path(dir_okay=False), default=None, help="Also draw a contact sheet of sample records (.jpg or .png), each captioned with its key and label.")
+@click.option("--grid", "grid_path", metavar="SHEET.jpg", type=_Output(), default=None, help="Also draw a contact sheet of sample records (.jpg or .png), each captioned with its key and label.")
 @click.option("--samples", type=click.IntRange(min=1), default=64, show_default=True, help="Tiles on the --grid sheet.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the --grid sample: the same seed draws the same records.")
 @click.option("--tile-size", type=click.IntRange(min=16), default=128, show_default=True, help="Side of each --grid tile, in pixels.")
-@click.option("--classes", "classes_path", type=click.Path(exists=True, dir_okay=False), default=None, help="label<TAB>folder file for the --grid captions [default: PREFIX.classes.tsv of `im2rec list`, found next to REC].")
+@click.option("--classes", "classes_path", type=_PathOrURL(), default=None, help="label<TAB>folder file for the --grid captions [default: PREFIX.classes.tsv of `im2rec list`, found next to REC].")
 @storage_option
 @translate_errors
 def inspect_command(rec, as_json, sample, grid_path, samples, seed, tile_size, classes_path, storage_options):
@@ -537,13 +598,14 @@ def inspect_command(rec, as_json, sample, grid_path, samples, seed, tile_size, c
     if grid_path is not None:
         from . import sheet
 
-        drawn = sheet.contact_sheet(rec, grid_path, samples=samples, seed=seed, tile=tile_size, classes=classes_path, storage_options=options)
+        with storage.StagedOutput(grid_path, options, overwrite=True) as staged, storage.StagedInput(classes_path or "", (), options) as classes:
+            drawn = sheet.contact_sheet(rec, staged.path, samples=samples, seed=seed, tile=tile_size, classes=classes.path or None, storage_options=options)
         report["grid"] = {
-            "path": drawn.path,
+            "path": grid_path,
             "tiles": drawn.tiles,
             "columns": drawn.columns,
             "rows": drawn.rows,
-            "classes": drawn.classes,
+            "classes": classes_path if drawn.classes and classes_path else drawn.classes,
             "marked": [str(p) for p in drawn.marked],
         }
     if as_json:
@@ -623,7 +685,7 @@ def verify_command(rec, decode_images, quiet, storage_options):
 
 @main.command("extract")
 @rec_argument
-@click.argument("outdir", type=click.Path(file_okay=False))
+@click.argument("outdir", type=_Output(folder=True))
 @click.option("--flat", is_flag=True, help="Write every image directly in OUTDIR (default: a folder per label).")
 @click.option("--overwrite", is_flag=True, help="Replace files that exist.")
 @quiet_option
@@ -637,21 +699,23 @@ def extract_command(rec, outdir, flat, overwrite, quiet, storage_options):
     --pass-through` rebuilds the same records. A damaged record is reported and
     skipped (exit status 1 at the end).
     """
-    result = inspection.extract_rec(rec, outdir, flat=flat, overwrite=overwrite, storage_options=_options(storage_options))
+    options = _options(storage_options)
+    with storage.StagedOutput(outdir, options, overwrite=overwrite, folder=True) as staged:
+        result = inspection.extract_rec(rec, staged.path, flat=flat, overwrite=overwrite, storage_options=options)
     _print_problems(rec, result.problems)
     if result.id_mismatches:
         click.echo(f"warning: {result.id_mismatches:,} record(s) have a header id other than their key; a re-pack will use the key for both", err=True)
     if not quiet:
-        click.echo(f"extracted {result.images:,} images to {outdir}; list {result.lst}")
-        click.echo(f"rebuild with: {result.pack_command}")
+        click.echo(f"extracted {result.images:,} images to {outdir}; list {staged.shown(result.lst)}")
+        click.echo(f"rebuild with: {staged.shown(result.pack_command)}")
     if result.problems:
         sys.exit(1)
 
 
 @main.command("index")
 @click.argument("recs", metavar="REC...", nargs=-1, required=True, type=_PathOrURL())
-@click.option("--idx", "idx_path", type=click.Path(dir_okay=False), default=None, help="Where to write [default: REC with .idx].")
-@click.option("--combined", "combined_path", metavar="OUT.idx", type=click.Path(dir_okay=False), default=None, help="Write one .idx for all the RECs read as one, in the given order: what DALI's fn.readers.mxnet needs for several .rec files (its offsets count across them).")
+@click.option("--idx", "idx_path", type=_Output(), default=None, help="Where to write [default: REC with .idx].")
+@click.option("--combined", "combined_path", metavar="OUT.idx", type=_Output(), default=None, help="Write one .idx for all the RECs read as one, in the given order: what DALI's fn.readers.mxnet needs for several .rec files (its offsets count across them).")
 @click.option("--keys", type=click.Choice(["id", "counter"]), default="id", show_default=True, help="id: each record's header id (im2rec.py's keys); counter: 0, 1, 2, ... (DALI's rec2idx).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing .idx.")
 @quiet_option
@@ -707,12 +771,13 @@ def bin_group() -> None:
 
 
 @bin_group.command("extract")
-@click.argument("bin_path", metavar="FILE.bin", type=click.Path(exists=True, dir_okay=False))
-@click.argument("outdir", type=click.Path(file_okay=False))
+@click.argument("bin_path", metavar="FILE.bin", type=_PathOrURL())
+@click.argument("outdir", type=_Output(folder=True))
 @click.option("--overwrite", is_flag=True, help="Replace files that exist.")
 @quiet_option
+@storage_option
 @translate_errors
-def bin_extract_command(bin_path, outdir, overwrite, quiet):
+def bin_extract_command(bin_path, outdir, overwrite, quiet, storage_options):
     """Write the images of FILE.bin with their original bytes, and OUTDIR/pairs.tsv.
 
     Images are OUTDIR/00000.jpg, 00001.jpg, ... (pair i is images 2i and 2i+1);
@@ -723,20 +788,23 @@ def bin_extract_command(bin_path, outdir, overwrite, quiet):
     Example:
       im2rec bin extract faces_emore/lfw.bin lfw/
     """
-    result = verification.extract_bin(bin_path, outdir, overwrite=overwrite)
+    options = _options(storage_options)
+    with storage.StagedOutput(outdir, options, overwrite=overwrite, folder=True) as staged, storage.StagedInput(bin_path, (), options) as source:
+        result = verification.extract_bin(source.path, staged.path, overwrite=overwrite)
     if not quiet:
-        click.echo(f"extracted {result.images:,} images of {result.pairs:,} pairs ({result.same:,} same) to {outdir}; list {result.path}")
+        click.echo(f"extracted {result.images:,} images of {result.pairs:,} pairs ({result.same:,} same) to {outdir}; list {staged.shown(result.path)}")
 
 
 @bin_group.command("build")
-@click.argument("pairs", metavar="PAIRS.tsv", type=click.Path(exists=True, dir_okay=False))
-@click.argument("root", type=click.Path(exists=True, file_okay=False))
-@click.argument("out", metavar="OUT.bin", type=click.Path(dir_okay=False))
+@click.argument("pairs", metavar="PAIRS.tsv", type=_PathOrURL())
+@click.argument("root", type=_LocalOnly(folder=True, why="bin build reads the images of a local folder: copy them first (e.g. aws s3 sync)"))
+@click.argument("out", metavar="OUT.bin", type=_Output())
 @click.option("--resize", type=_Parsed("WxH", verification.parse_size), default=None, help="Decode, resize to WIDTHxHEIGHT (e.g. 112x112) and re-encode every image as JPEG (default: the files' bytes).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing OUT.bin.")
 @quiet_option
+@storage_option
 @translate_errors
-def bin_build_command(pairs, root, out, resize, overwrite, quiet):
+def bin_build_command(pairs, root, out, resize, overwrite, quiet, storage_options):
     """Write OUT.bin from PAIRS.tsv (`left TAB right TAB issame`, paths relative to ROOT).
 
     The result is what insightface's load_bin reads unchanged: a pickle of
@@ -746,6 +814,8 @@ def bin_build_command(pairs, root, out, resize, overwrite, quiet):
     Example:
       im2rec bin build my_pairs.tsv crops/ my_eval.bin --resize 112x112
     """
-    result = verification.build_bin(pairs, root, out, resize=resize, overwrite=overwrite)
+    options = _options(storage_options)
+    with storage.StagedOutput(out, options, overwrite=overwrite) as staged, storage.StagedInput(pairs, (), options) as source:
+        result = verification.build_bin(source.path, root, staged.path, resize=resize, overwrite=overwrite)
     if not quiet:
         click.echo(f"wrote {out}: {result.pairs:,} pairs ({result.same:,} same), {result.images:,} images")

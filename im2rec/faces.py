@@ -389,6 +389,8 @@ def convert(inp: str, out_rec: str, layout: str, shuffle: bool = False, seed: in
         shuffle, seed: plain only: the images in a seeded random order (numpy's
             ``RandomState(seed).shuffle``, as shuffle_rec.py after ``np.random.seed``).
         overwrite: replace existing outputs.
+        names: how ``OUT.sources.tsv`` names the inputs [default: their paths]; for
+            inputs read from local copies of URLs, the URLs.
 
     Raises:
         Im2recError: a missing or damaged input, a non-integer label for the
@@ -427,6 +429,7 @@ def combine(
     labels: str = "offset",
     layout: Optional[str] = None,
     overwrite: bool = False,
+    names: Optional[Sequence[str]] = None,
 ) -> LayoutResult:
     """One dataset from several: images of every input, in input order, keys renumbered.
 
@@ -473,7 +476,8 @@ def combine(
             picks.append((s, positions))
             new_labels.append(new)
             uniq = np.unique(old)
-            mapping += [(src.path, float(a), float(a) + (offset if labels == "offset" else 0.0)) for a in uniq.tolist()]
+            name = names[s] if names is not None else src.path
+            mapping += [(name, float(a), float(a) + (offset if labels == "offset" else 0.0)) for a in uniq.tolist()]
             if labels == "offset" and len(old):
                 offset += float(np.floor(old.max())) + 1.0
         result = LayoutResult(out_rec, os.path.splitext(out_rec)[0] + ".idx", layout, input_bytes=sum(s.reader.size for s in sources))

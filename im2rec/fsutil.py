@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import sys
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator, Optional, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
+_URL_LIKE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]+:/")  # s3://b/k, and s3:/b/k once a path library has eaten a slash
 
 
 def temp_path(path: PathLike) -> Path:
@@ -76,7 +78,14 @@ def start_writeback(path: PathLike) -> None:
 
 
 def make_parents(path: PathLike) -> None:
-    """Create the missing folders above the output ``path``, as ``mkdir -p`` would."""
+    """Create the missing folders above the output ``path``, as ``mkdir -p`` would.
+
+    Raises:
+        ValueError: ``path`` is a URL (``s3://...``): a command that writes one must stage it
+            (``storage.StagedOutput``); creating a local folder named ``s3:`` would lose the output.
+    """
+    if _URL_LIKE.match(os.fspath(path)):
+        raise ValueError(f"{os.fspath(path)} is a URL, not a local path: it cannot be written as a file here")
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
 

@@ -26,7 +26,7 @@ import os
 import sys
 from typing import List, Optional, Sequence, Tuple
 
-from . import listing, packing
+from . import listing, packing, storage
 from .errors import Im2recError
 from .fsutil import remove_quietly, temp_path
 from .image import ImageOptions
@@ -65,6 +65,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     records.add_argument("--encoding", type=str, default=".jpg", choices=[".jpg", ".png"], help="specify the encoding of the images.")
     records.add_argument("--pack-label", action="store_true", help="Whether to also pack multi dimensional label in the record file")
     args = parser.parse_args(argv)
+    for name in ("prefix", "root"):
+        if storage.is_url(getattr(args, name)):
+            parser.error(
+                f"{name} {getattr(args, name)!r} is a URL: im2rec-py, like im2rec.py, works on local files; "
+                f"`im2rec list` and `im2rec pack` take URLs"
+            )
     args.prefix = os.path.abspath(args.prefix)
     args.root = os.path.abspath(args.root)
     return args

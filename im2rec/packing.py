@@ -31,6 +31,7 @@ identical bytes whatever the number of workers.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
@@ -721,6 +722,8 @@ def _pack_to_url(lst: str, root: str, out_url: str, opts: PackOptions, progress:
                 storage.upload(path, url_of[path], opts.storage_options)
         for path in [*locals_, outputs.rec]:
             remove_quietly(path)
+        with contextlib.suppress(OSError):  # the staging folder, once empty
+            os.rmdir(os.path.dirname(outputs.rec))
     summary.outputs = Outputs(final.rec, final.idx, final.failed)
     summary.seconds = time.perf_counter() - started
     return summary

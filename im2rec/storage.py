@@ -14,9 +14,12 @@ them: the environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, profiles) or
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
-import itertools
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
 
 from .errors import Im2recError
@@ -34,6 +37,9 @@ __all__ = [
     "upload",
     "upload_stream",
     "Streamer",
+    "StagedOutput",
+    "StagedInput",
+    "staging_base",
     "parse_storage_option",
     "merge_options",
 ]
@@ -335,7 +341,6 @@ def upload_stream(src: Any, url: str, storage_options: Optional[Mapping[str, Any
             left under ``url``. Anything else, an interrupt included, is raised as it is,
             after the abort.
     """
-    import shutil
 
     fs, path = filesystem(url, storage_options)
     try:
@@ -544,3 +549,149 @@ class RemoteSource:
 
     def close(self) -> None:
         self._block = b""
+
+
+# --------------------------------------------------------------------------- outputs and inputs staged locally
+
+
+def staging_base() -> str:
+    """Where URL outputs are written before they are uploaded (and URL inputs downloaded):
+    ``$IM2REC_STAGING``, or the system's temporary folder."""
+    return os.environ.get("IM2REC_STAGING") or os.path.join(tempfile.gettempdir(), "im2rec-staging")
+
+
+def _split_url(url: str) -> Tuple[str, str]:
+    """``s3://b/out/t.rec`` -> ``("s3://b/out", "t.rec")``; a trailing ``/`` (a folder) is dropped."""
+    folder, _, name = url.rstrip("/").rpartition("/")
+    if not name or folder.endswith(":/"):
+        raise StorageError(f"{url}: name an object or a folder inside a bucket (s3://BUCKET/NAME)")
+    return folder, name
+
+
+class StagedOutput:
+    """A command's output that may be a URL: the command writes ``path``, a local name.
+
+    For a local target ``path`` is the target itself and nothing else happens. For a
+    URL it is the same name in a new local staging folder (``staging_base()``); when
+    the ``with`` block ends without error every file the command wrote there (the
+    output, its siblings such as ``.idx`` and ``property``, a folder's contents) is
+    uploaded next to the URL, each object appearing only complete (``upload``), and
+    ``.idx`` files last, since readers look for them; the staging folder is removed
+    either way. So no command ever writes a local path that begins with ``s3:``.
+
+    Checked before any work: the bucket exists, and without ``overwrite`` the target
+    is not there yet. Checked again before the first upload: no object the command
+    produced would replace one (without ``overwrite``).
+
+    Raises:
+        StorageError: a missing bucket, an existing object, a failed upload.
+    """
+
+    def __init__(self, target: str, storage_options: Optional[Mapping[str, Any]] = None, overwrite: bool = False, folder: bool = False):
+        self.target = target
+        self.remote = is_url(target)
+        self._options = storage_options
+        self._overwrite = overwrite
+        self._dir = self._shown = ""  # the staging folder; kept in _shown after it is removed
+        if not self.remote:
+            self.path = target
+            return
+        self._folder, name = _split_url(target)
+        check_bucket(target, storage_options)
+        if not overwrite and not folder and exists(target, storage_options):  # a folder may hold other files
+            raise StorageError(f"{target} exists: pass --overwrite to replace it")
+        os.makedirs(staging_base(), exist_ok=True)
+        self._dir = self._shown = tempfile.mkdtemp(prefix="out-", dir=staging_base())
+        self.path = os.path.join(self._dir, name)
+
+    def shown(self, text: str) -> str:
+        """``text`` (a path the command wrote, or a message naming some) with the staging
+        folder replaced by the URL's folder: what to show the user."""
+        if not self._shown:
+            return text
+        return text.replace(self._shown + os.sep, self._folder + "/").replace(self._shown, self._folder)
+
+    def upload(self) -> List[str]:
+        """Send what the command wrote; returns the URLs written."""
+        if not self.remote:
+            return []
+        files = sorted(os.path.join(d, f) for d, _, names in os.walk(self._dir) for f in names)
+        urls = {path: self.shown(path).replace(os.sep, "/") for path in files}
+        if not self._overwrite:
+            fs, _ = filesystem(self.target, self._options)
+            taken = [u for u in urls.values() if fs.exists(fs._strip_protocol(u))]
+            if taken:
+                raise StorageError(f"{taken[0]} exists: pass --overwrite to replace it")
+        first = [p for p in files if not p.endswith(".idx")]
+        with ThreadPoolExecutor(8) as pool:  # a folder of extracted images: many small objects
+            for done in pool.map(lambda p: upload(p, urls[p], self._options), first):
+                pass
+        for path in files:
+            if path.endswith(".idx"):  # last: a reader that finds the .idx finds the .rec whole
+                upload(path, urls[path], self._options)
+        return [urls[p] for p in files]
+
+    def close(self) -> None:
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = ""
+
+    def __enter__(self) -> "StagedOutput":
+        return self
+
+    def __exit__(self, kind: Any, value: Any, tb: Any) -> None:
+        try:
+            if kind is None:
+                self.upload()
+        finally:
+            self.close()
+
+
+class StagedInput:
+    """An input that a command reads as a local file: for a URL, a downloaded copy in a new
+    staging folder, with the siblings it reads beside it (``.idx``, ``property``), removed
+    when the ``with`` block ends. ``path`` is the name to read.
+
+    Raises:
+        StorageError: the object is missing or cannot be read.
+    """
+
+    def __init__(self, source: str, siblings: Tuple[str, ...] = (), storage_options: Optional[Mapping[str, Any]] = None):
+        self.source = source
+        self._dir = ""
+        if not is_url(source):
+            self.path = source
+            return
+        folder, name = _split_url(source)
+        fs, path = filesystem(source, storage_options)
+        os.makedirs(staging_base(), exist_ok=True)
+        self._dir = tempfile.mkdtemp(prefix="in-", dir=staging_base())
+        self.path = os.path.join(self._dir, name)
+        stem = os.path.splitext(name)[0]
+        try:
+            try:
+                fs.get_file(path, self.path)
+            except Exception as e:  # noqa: BLE001
+                raise _translate(source, e) from None
+            for sibling in siblings:  # ".idx" -> STEM.idx; "property" -> property
+                other = stem + sibling if sibling.startswith(".") else sibling
+                try:
+                    fs.get_file(fs._strip_protocol(join(folder, other)), os.path.join(self._dir, other))
+                except FileNotFoundError:
+                    pass
+                except Exception as e:  # noqa: BLE001
+                    raise _translate(join(folder, other), e) from None
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = ""
+
+    def __enter__(self) -> "StagedInput":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -420,6 +420,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=None, help="processes [default: every core]; not with --faces, which takes a few seconds in one")
     args = ap.parse_args(argv)
+    if "://" in args.out:
+        ap.error(f"{args.out!r} is a URL: the generator writes a local folder (upload it afterwards, e.g. with `aws s3 sync`)")
     if args.faces:
         given = [f"--{name.replace('_', '-')}" for name in ("classes", "per_class", "size", "workers") if getattr(args, name) is not None]
         if given:

@@ -1,7 +1,11 @@
 """Reading .rec files from object storage: a real S3 endpoint on 127.0.0.1 (moto's server), memory:// and file://."""
 
+import json
 import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -526,3 +530,102 @@ def test_default_pack_of_real_size_images_from_s3_to_s3_is_byte_identical_to_loc
     for ext in ("rec", "idx", "failed.tsv"):
         assert s3_bytes(f"data/real-out/{size}.{ext}") == (tmp_path / f"local.{ext}").read_bytes(), ext
     assert not (tmp_path / "s3:").exists()
+
+
+def s3_names(prefix):
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    return sorted(p[len(prefix) + 1 :] for p in fs.find(prefix))
+
+
+def test_every_url_output_goes_to_the_store(s3, data_dir, tmp_path, monkeypatch):
+    """Every command and every option that names an output, given an s3:// URL: the objects
+    appear in the bucket (the same bytes as the local run), and no local folder `s3:` does."""
+    monkeypatch.setenv("IM2REC_STAGING", str(tmp_path / "staging"))
+    monkeypatch.chdir(tmp_path)
+    golden, face, tree = data_dir / "im2rec_pack_pass", data_dir / "insightface", data_dir / "tree"
+    rec = golden / "all.rec"
+    w = "s3://data/walk"
+    cases = [  # (name, arguments with URL outputs, arguments of the same run with local outputs, objects expected under walk/name)
+        ("list", ["list", tree, f"{w}/list/l"], ["list", tree, "local/l"], ["l.classes.tsv", "l.lst"]),
+        ("pack", ["pack", golden / "all.lst", tree, f"{w}/pack/all.rec", "--pass-through"], ["pack", golden / "all.lst", tree, "local/all.rec", "--pass-through"], ["all.failed.tsv", "all.idx", "all.rec"]),
+        ("part", ["pack", golden / "all.lst", tree, f"{w}/part/all.rec", "--pass-through", "--num-parts", "2", "--part-index", "1"], ["pack", golden / "all.lst", tree, "local/all.rec", "--pass-through", "--num-parts", "2", "--part-index", "1"], ["all-00001-of-00002.failed.tsv", "all-00001-of-00002.idx", "all-00001-of-00002.rec"]),
+        ("stats", ["pack", golden / "all.lst", tree, "stats.rec", "--pass-through", "--stats", f"{w}/stats/s.json"], None, ["s.json"]),
+        ("merge", ["merge", f"{w}/merge/all.rec", "s3://data/all.rec"], None, ["all.failed.tsv", "all.idx", "all.rec"]),
+        ("convert", ["convert", face / "train.rec", f"{w}/convert/plain.rec", "--layout", "plain"], ["convert", face / "train.rec", "local/plain.rec", "--layout", "plain"], ["plain.idx", "plain.rec"]),
+        ("convert-if", ["convert", face / "plain.rec", f"{w}/convert-if/train.rec", "--layout", "insightface"], ["convert", face / "plain.rec", "local/train.rec", "--layout", "insightface"], ["property", "train.idx", "train.rec"]),
+        ("combine", ["combine", f"{w}/combine/c.rec", face / "train.rec", face / "train.rec"], ["combine", "local/c.rec", face / "train.rec", face / "train.rec"], ["c.idx", "c.rec", "c.sources.tsv", "property"]),
+        ("grid", ["inspect", rec, "--grid", f"{w}/grid/sheet.jpg", "--samples", "4"], ["inspect", rec, "--grid", "local/sheet.jpg", "--samples", "4"], ["sheet.jpg"]),
+        ("extract", ["extract", rec, f"{w}/extract/"], ["extract", rec, "local"], None),
+        ("index", ["index", rec, "--idx", f"{w}/index/all.idx"], ["index", rec, "--idx", "local/all.idx"], ["all.idx"]),
+        ("combined", ["index", "--combined", f"{w}/combined/c.idx", rec, rec], ["index", "--combined", "local/c.idx", rec, rec], ["c.idx"]),
+        ("bin-extract", ["bin", "extract", face / "py3.bin", f"{w}/bin-extract/pairs"], ["bin", "extract", face / "py3.bin", "local/pairs"], None),
+        ("bin-build", ["bin", "build", face / "pairs" / "pairs.tsv", face / "pairs", f"{w}/bin-build/b.bin"], ["bin", "build", face / "pairs" / "pairs.tsv", face / "pairs", "local/b.bin"], ["b.bin"]),
+    ]
+    for name, remote, local, expected in cases:
+        result = run(*remote)
+        assert result.exit_code == 0, (name, result.output)
+        assert not os.path.exists("s3:"), f"{name} wrote a local folder named s3:"
+        assert "staging" not in result.output, (name, result.output)  # the URLs are shown, not the staging folder
+        assert f"{w}/{name}" in result.output or name in ("stats", "merge") or result.output == "", (name, result.output)
+        names = s3_names(f"data/walk/{name}")
+        if local is not None:
+            shutil.rmtree("local", ignore_errors=True)
+            assert run(*local).exit_code == 0, name
+            made = sorted(str(p.relative_to("local")).replace(os.sep, "/") for p in Path("local").rglob("*") if p.is_file())
+            assert names == [n.replace("all-00001-of-00002", "all-00001-of-00002") for n in made], name
+            for n in names:
+                if n not in ("sheet.jpg",) and not n.endswith(".sources.tsv"):  # the sheet's caption names the file
+                    assert s3_bytes(f"data/walk/{name}/{n}") == (Path("local") / n).read_bytes(), (name, n)
+        if expected is not None:
+            assert names == expected, name
+    stats = json.loads(s3_bytes("data/walk/stats/s.json"))
+    assert stats["counts"]["packed"] == 14
+    assert s3_bytes("data/walk/merge/all.rec") == rec.read_bytes()
+    assert s3_bytes("data/walk/combine/c.sources.tsv").decode().splitlines()[1].startswith(str(face / "train.rec") + "\t")
+    assert not [p for p in (tmp_path / "staging").rglob("*") if p.is_file()]  # the staged files are removed
+
+
+def test_every_url_input_is_read_or_refused_in_words(s3, data_dir, tmp_path, monkeypatch):
+    """Each command's inputs given as s3:// URLs: read (the same output as from the local file),
+    or refused with a message that says why, never click's "does not exist"."""
+    monkeypatch.setenv("IM2REC_STAGING", str(tmp_path / "staging"))
+    monkeypatch.chdir(tmp_path)
+    face = data_dir / "insightface"
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    for name in ("plain.rec", "plain.idx", "property", "py3.bin"):
+        fs.put(str(face / name), f"data/faces/{name}")
+    fs.put(str(face / "pairs" / "pairs.tsv"), "data/faces/pairs.tsv")
+    (tmp_path / "classes.tsv").write_text("0\tcats\n1\tdogs\n")
+    fs.put(str(tmp_path / "classes.tsv"), "data/classes.tsv")
+    read = [  # (arguments with URL inputs, the same with local inputs, the output to compare)
+        (["convert", "s3://data/faces/train.rec", "a/p.rec", "--layout", "plain"], ["convert", face / "train.rec", "b/p.rec", "--layout", "plain"], "p.rec"),
+        (["convert", "s3://data/faces/plain.rec", "a/t.rec", "--layout", "insightface"], ["convert", face / "plain.rec", "b/t.rec", "--layout", "insightface"], "property"),
+        (["combine", "a/c.rec", "s3://data/faces/train.rec", face / "train.rec"], ["combine", "b/c.rec", face / "train.rec", face / "train.rec"], "c.rec"),
+        (["bin", "extract", "s3://data/faces/py3.bin", "a/pairs"], ["bin", "extract", face / "py3.bin", "b/pairs"], "pairs/pairs.tsv"),
+        (["bin", "build", "s3://data/faces/pairs.tsv", face / "pairs", "a/x.bin"], ["bin", "build", face / "pairs" / "pairs.tsv", face / "pairs", "b/x.bin"], "x.bin"),
+        (["inspect", "s3://data/all.rec", "--grid", "a/s.png", "--samples", "4", "--classes", "s3://data/classes.tsv"], ["inspect", "s3://data/all.rec", "--grid", "b/s.png", "--samples", "4", "--classes", tmp_path / "classes.tsv"], "s.png"),
+    ]
+    for n, (remote, local, output) in enumerate(read):
+        (tmp_path / f"case{n}").mkdir()
+        monkeypatch.chdir(tmp_path / f"case{n}")
+        result = run(*remote)
+        assert result.exit_code == 0, (remote, result.output)
+        assert run(*local).exit_code == 0, local
+        assert Path("a", output).read_bytes() == Path("b", output).read_bytes(), remote
+        assert not os.path.exists("s3:")
+    assert "s3://data/faces/train.rec\t" in (tmp_path / "case2" / "a" / "c.sources.tsv").read_text()
+    monkeypatch.chdir(tmp_path)
+    refused = [
+        (["bin", "build", face / "pairs" / "pairs.tsv", "s3://data/faces", "x.bin"], 2, "Invalid value for 'ROOT': 's3://data/faces' is a URL: bin build reads the images of a local folder: copy them first (e.g. aws s3 sync)"),
+        (["index", "--combined", "c.idx", "s3://data/all.rec"], 1, "Error: s3://data/all.rec: --combined reads local files (for now); DALI reads local files too"),
+        (["merge", "m.rec", "s3://data/all.rec"], 2, "merging in an object store needs the output and every part as URLs of it, and the plain layout"),
+    ]
+    for args, code, message in refused:
+        result = run(*args)
+        assert result.exit_code == code and message in result.stderr, (args, result.output)
+    for args in (["s3://data/lists/x", "s3://data/tree", "--list"], ["x", "s3://data/tree", "--list"]):
+        proc = subprocess.run([sys.executable, "-m", "im2rec.legacy", *args], capture_output=True, text=True)
+        assert proc.returncode == 2 and "is a URL: im2rec-py, like im2rec.py, works on local files" in proc.stderr, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "im2rec.synthetic", "s3://data/corpus"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "'s3://data/corpus' is a URL: the generator writes a local folder" in proc.stderr
+    assert not os.path.exists("s3:")
