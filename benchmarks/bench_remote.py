@@ -13,7 +13,14 @@ corpus (built on first use by im2rec.synthetic), then, best of --rounds:
    installed) against the same on the local copy;
 3. a sequential `im2rec verify` scan of the .rec in the store against the local copy;
 4. peak memory (max RSS) of the pack for --images and twice as many list lines
-   (each image named twice): flat in the dataset size.
+   (each image named twice): flat in the dataset size;
+5. `im2rec pack LIST s3://.../images s3://.../out.rec --resize 256` (re-encoding, every
+   core: what a user types) against the same pack of the local copy to a local file,
+   for --images ImageNet-like JPEGs and --large phone-sized photos (goal: at least 0.9x
+   the local speed, since fetching overlaps decoding), with the peak memory of all the
+   processes (the sum of their PSS, sampled every 20 ms).
+
+`--only reencode` runs section 5 alone.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import best_of, corpus, image_files, row  # noqa: E402
@@ -46,6 +54,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--images", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--large", type=int, default=60, help="phone-sized photos for section 5")
+    ap.add_argument("--only", choices=["reencode"], default=None)
     args = ap.parse_args()
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -63,6 +73,9 @@ def main() -> None:
                 time.sleep(0.1)
         fs = s3fs.S3FileSystem(skip_instance_cache=True)
         fs.mkdir("bench")
+        if args.only == "reencode":
+            reencode(fs, tmp, env, args)
+            return
         root = corpus("imagenet")
         files = image_files(root)[: args.images]
         rel = [f.relative_to(root).as_posix() for f in files]
@@ -131,10 +144,94 @@ def main() -> None:
             kb = int(subprocess.run([sys.executable, "-c", MAXRSS, *pack(lst, out)], check=True, capture_output=True, text=True, env=env).stdout)
             lines = len(files) * (2 if lst == "twice.lst" else 1)
             row(f"{lines:,} list lines", kb / 1024, "MB")
+        reencode(fs, tmp, env, args)
     finally:
         server.terminate()
         server.wait()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def tree_pss_kb(pid: int) -> Tuple[int, int]:
+    """The summed PSS of a process and all its descendants, and that of the process alone, in kB."""
+    children: dict = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    total, top, todo = 0, 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo += children.get(p, [])
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                pss = next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+        except (OSError, StopIteration):
+            continue
+        total += pss
+        top = pss if p == pid else top
+    return total, top
+
+
+def run_sampled(cmd, env) -> Tuple[float, float, float]:
+    """(seconds, peak MB of the summed PSS of the command's process tree, peak MB of its main process)."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
+    peak = top = 0
+    while proc.poll() is None:
+        tree, main = tree_pss_kb(proc.pid)
+        peak, top = max(peak, tree), max(top, main)
+        time.sleep(0.02)
+    seconds = time.perf_counter() - t
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(map(str, cmd))} failed with status {proc.returncode}")
+    return seconds, peak / 1024, top / 1024
+
+
+def s3fs_cat(paths):
+    import s3fs
+
+    return s3fs.S3FileSystem(skip_instance_cache=True).cat(paths)
+
+
+def reencode(fs, tmp: Path, env: dict, args) -> None:
+    """Section 5: pack --resize 256 from S3 to S3 against the same pack of the local copy,
+    the same pack through file:// URLs (im2rec's fetching from a store that costs nothing),
+    and the store's own floor (fsspec fetching the objects, 32 at a time, and nothing else)."""
+    for name, count in (("imagenet", args.images), ("large", args.large)):
+        root = corpus(name)
+        files = image_files(root)[:count]
+        rel = [f.relative_to(root).as_posix() for f in files]
+        fs.put([str(f) for f in files], [f"bench/{name}/{r}" for r in rel])
+        lst = tmp / f"{name}.lst"
+        write_lst(lst, [ListEntry(i, (float(i % 10),), r) for i, r in enumerate(rel)])
+        mb = sum(f.stat().st_size for f in files) / 1e6
+        local = [sys.executable, "-m", "im2rec", "pack", str(lst), str(root), str(tmp / f"{name}.rec"), "--resize", "256", "--overwrite", "-q"]
+        remote = [sys.executable, "-m", "im2rec", "pack", str(lst), f"s3://bench/{name}", f"s3://bench/out/{name}.rec", "--resize", "256", "--overwrite", "-q"]
+        through = [sys.executable, "-m", "im2rec", "pack", str(lst), f"file://{root}", str(tmp / f"{name}-file.rec"), "--resize", "256", "--overwrite", "-q"]
+        paths = [f"bench/{name}/{r}" for r in rel]
+        runs: dict = {"local": [], "s3": [], "file": [], "floor": []}
+        for _ in range(args.rounds):  # alternated, so that all see the same machine
+            runs["local"].append(run_sampled(local, env))
+            runs["s3"].append(run_sampled(remote, env))
+            runs["file"].append(run_sampled(through, env))
+            runs["floor"].append(best_of(lambda: [s3fs_cat(paths[i : i + 32]) for i in range(0, len(paths), 32)], 1))
+        same = fs.cat_file(f"bench/out/{name}.rec") == (tmp / f"{name}.rec").read_bytes()
+        t_local, t_s3 = min(r[0] for r in runs["local"]), min(r[0] for r in runs["s3"])
+        m_local, m_s3 = max(r[1] for r in runs["local"]), max(r[1] for r in runs["s3"])
+        p_local, p_s3 = max(r[2] for r in runs["local"]), max(r[2] for r in runs["s3"])
+        print(f"\npack --resize 256 of {len(files):,} {name} JPEGs ({mb:,.1f} MB); byte-identical outputs: {same}")
+        row("local folder to a local .rec", len(files) / t_local, "images/s", 1.0)
+        row("s3:// to s3:// (fetch overlaps decoding)", len(files) / t_s3, "images/s", t_local / t_s3, "goal >= 0.9x")
+        t_file, t_floor = min(r[0] for r in runs["file"]), min(r[0] for r in runs["floor"])
+        row("file:// to local (the same fetching, a free store)", len(files) / t_file, "images/s", t_local / t_file)
+        row("the store's floor: fsspec cat, 32 at a time", len(files) / t_floor, "objects/s", t_local / t_floor, f"s3 pack / floor: {t_floor / t_s3:.2f}x")
+        print("  per round, s3/local speed: " + ", ".join(f"{lr[0] / sr[0]:.2f}" for lr, sr in zip(runs["local"], runs["s3"])))
+        row("peak PSS of all processes, local", m_local, "MB", None, f"the main process: {p_local:,.0f} MB")
+        row("peak PSS of all processes, s3", m_s3, "MB", None, f"+{m_s3 - m_local:,.0f} MB; the main process: {p_s3:,.0f} MB")
 
 
 if __name__ == "__main__":

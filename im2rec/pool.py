@@ -285,6 +285,8 @@ class OrderedPool(Generic[T, R]):
 
     @property
     def batch_size(self) -> int:
+        if not self._avg_seconds:  # nothing measured yet: items may be megabytes each, and slow
+            return min(2, self._max_batch)
         size = self._max_batch
         if self._avg_weight:
             size = min(size, int(self._batch_bytes // self._avg_weight))

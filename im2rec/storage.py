@@ -207,17 +207,29 @@ def _permanent(e: BaseException) -> bool:
     return isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError))
 
 
+#: Bytes of fetched images that ``pack`` holds ahead of its encoders, at most (plus one batch
+#: being fetched): the read-ahead window of a pack from a store.
+FETCH_AHEAD = 32 << 20
+
+
 def fetch_in_order(
     items: Iterator[T],
     url_of: Callable[[T], str],
     storage_options: Optional[Mapping[str, Any]] = None,
     batch: int = 32,
+    ahead: int = FETCH_AHEAD,
     window: int = 2,
     stats: Optional[FetchStats] = None,
 ) -> Iterator[Tuple[T, Union[bytes, StorageError]]]:
-    """Yield ``(item, bytes)`` for each item, in order, fetching ``batch`` objects at once
-    (concurrently, where the store's driver is asynchronous, as s3fs and gcsfs are) in a
-    background thread that stays at most ``window`` batches ahead.
+    """Yield ``(item, bytes)`` for each item, in order, fetching up to ``batch`` objects at
+    once (concurrently, where the store's driver is asynchronous, as s3fs and gcsfs are) in
+    a background thread.
+
+    The thread stays ahead of the consumer by at most ``window`` batches and ``ahead``
+    bytes: it fetches the next batch only while fewer batches than ``window`` wait
+    untaken and their bytes are below ``ahead``; and it sizes its batches to a quarter
+    of ``ahead`` (from the mean object size so far: 32 objects of 70 KB, 4 of 2 MB), so
+    that large photos do not pile up by the dozen.
 
     An object that cannot be fetched gives a StorageError in place of its bytes: at once
     when it is missing or access is denied, after ``RETRIES`` retries with backoff for
@@ -228,8 +240,10 @@ def fetch_in_order(
     import time
 
     stats = stats if stats is not None else FetchStats()
-    out: "queue.Queue[Any]" = queue.Queue(maxsize=window)
+    out: "queue.Queue[Any]" = queue.Queue()
     stop = threading.Event()
+    room = threading.Condition()
+    held = [0, 0]  # bytes and batches fetched and not yet taken by the consumer
     fs_cache: Dict[str, Any] = {}
 
     def fs_for(url: str) -> Tuple[Any, str]:
@@ -264,12 +278,22 @@ def fetch_in_order(
     def feed() -> None:
         try:
             it = iter(items)
+            size = min(batch, 4)  # a small first batch: the encoders start at once, and its sizes tell the next
+            fetched_bytes = fetched = 0
             while not stop.is_set():
-                chunk = list(itertools.islice(it, batch))
+                with room:
+                    room.wait_for(lambda: (held[0] < ahead and held[1] < window) or stop.is_set())
+                chunk = list(itertools.islice(it, size))
                 if not chunk:
                     break
                 data = fetch([url_of(x) for x in chunk])
+                got = sum(len(d) for d in data if isinstance(d, bytes))
+                with room:
+                    held[0] += got
+                    held[1] += 1
                 stats.fetched += len(chunk)
+                fetched, fetched_bytes = fetched + len(chunk), fetched_bytes + got
+                size = max(1, min(batch, int(ahead // 4 // max(1, fetched_bytes // fetched))))
                 out.put(list(zip(chunk, data)))
             out.put(None)
         except BaseException as e:  # noqa: BLE001 - handed to the consumer
@@ -284,14 +308,17 @@ def fetch_in_order(
                 return
             if isinstance(got, BaseException):
                 raise got
-            yield from got
+            for i, (item, data) in enumerate(got, 1):
+                yield item, data
+                with room:  # taken: the encoders hold it now
+                    held[0] -= len(data) if isinstance(data, bytes) else 0
+                    held[1] -= i == len(got)
+                    room.notify()
     finally:
         stop.set()
-        while thread.is_alive():  # let the feeder see the stop and exit
-            try:
-                out.get_nowait()
-            except queue.Empty:
-                thread.join(0.05)
+        with room:
+            room.notify()
+        thread.join(5)
 
 
 def _single_attempt_options(url: str, storage_options: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
@@ -372,7 +399,10 @@ class Streamer:
     same key are aborted when the next one starts.
     """
 
-    PART = 64 << 20  # bytes per part: S3 takes at most 10,000, of 5 MiB or more but the last
+    # Bytes of the first 1,000 parts; the next 1,000 are twice as large, and so on: S3 takes at
+    # most 10,000 parts of 5 MiB or more (but the last): 55,000 x 16 MiB, about 920 GB; a part in
+    # flight, read into memory, costs 16 MB for any .rec under 16 GB.
+    PART = 16 << 20
 
     def __init__(self, url: str, local: str, storage_options: Optional[Mapping[str, Any]] = None, part: int = PART):
         import concurrent.futures
@@ -382,6 +412,7 @@ class Streamer:
         self.bucket, self.key = path.split("/", 1)
         self._parts: List[Dict[str, Any]] = []
         self.sent = 0  # bytes of the file already handed to a part
+        self._next = 1  # the number of the next part
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="im2rec-upload")
         self._pending: Any = None
         try:
@@ -416,21 +447,27 @@ class Streamer:
     def feed(self, size: int, flush: Callable[[], None]) -> None:
         """The local file is ``size`` bytes long: send the next part if a whole one is there
         (``flush`` puts the writer's buffer on disk first)."""
-        if size - self.sent < self.part:
+        part = self.part_size(self._next)
+        if size - self.sent < part:
             return
         self._wait()
         flush()
-        number = len(self._parts) + 1
-        self._pending = self._pool.submit(self._send, number, self.sent, self.sent + self.part)
-        self.sent += self.part
+        self._pending = self._pool.submit(self._send, self._next, self.sent, self.sent + part)
+        self._next += 1
+        self.sent += part
+
+    def part_size(self, number: int) -> int:
+        """The size of part ``number`` (from 1): see ``PART``."""
+        return self.part * (1 + (number - 1) // 1000)
 
     def finish(self, size: int) -> None:
         """Send the rest of the (closed) file and complete the upload: the object appears."""
         try:
             self._wait()
             while self.sent < size or not self._parts:
-                end = min(size, self.sent + self.part)
-                self._send(len(self._parts) + 1, self.sent, end)
+                end = min(size, self.sent + self.part_size(self._next))
+                self._send(self._next, self.sent, end)
+                self._next += 1
                 self.sent = end
             parts = sorted(self._parts, key=lambda p: p["PartNumber"])
             self.fs.call_s3(

@@ -629,3 +629,12 @@ def test_every_url_input_is_read_or_refused_in_words(s3, data_dir, tmp_path, mon
     proc = subprocess.run([sys.executable, "-m", "im2rec.synthetic", "s3://data/corpus"], capture_output=True, text=True)
     assert proc.returncode == 2 and "'s3://data/corpus' is a URL: the generator writes a local folder" in proc.stderr
     assert not os.path.exists("s3:")
+
+
+def test_streamed_parts_grow_so_that_10000_parts_hold_920_gb():
+    from im2rec.storage import Streamer
+
+    streamer = Streamer.__new__(Streamer)
+    streamer.part = Streamer.PART
+    assert [streamer.part_size(n) for n in (1, 1000, 1001, 2000, 2001, 10_000)] == [16 << 20, 16 << 20, 32 << 20, 32 << 20, 48 << 20, 160 << 20]
+    assert sum(streamer.part_size(n) for n in range(1, 10_001)) == 55_000 * (16 << 20)  # about 920 GB
