@@ -598,8 +598,8 @@ def inspect_command(rec, as_json, sample, grid_path, samples, seed, tile_size, c
     if grid_path is not None:
         from . import sheet
 
-        with storage.StagedOutput(grid_path, options, overwrite=True) as staged, storage.StagedInput(classes_path or "", (), options) as classes:
-            drawn = sheet.contact_sheet(rec, staged.path, samples=samples, seed=seed, tile=tile_size, classes=classes.path or None, storage_options=options)
+        with storage.StagedOutput(grid_path, options, overwrite=True) as staged, storage.StagedInput(classes_path, (), options) as classes:
+            drawn = sheet.contact_sheet(rec, staged.path, samples=samples, seed=seed, tile=tile_size, classes=classes.path, storage_options=options)
         report["grid"] = {
             "path": grid_path,
             "tiles": drawn.tiles,

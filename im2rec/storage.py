@@ -20,7 +20,7 @@ import re
 import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
 
 from .errors import Im2recError
 
@@ -213,7 +213,7 @@ FETCH_AHEAD = 32 << 20
 
 
 def fetch_in_order(
-    items: Iterator[T],
+    items: Iterable[T],
     url_of: Callable[[T], str],
     storage_options: Optional[Mapping[str, Any]] = None,
     batch: int = 32,
@@ -605,7 +605,29 @@ def _split_url(url: str) -> Tuple[str, str]:
     return folder, name
 
 
-class StagedOutput:
+class _Staging:
+    """A staging folder of its own under ``staging_base()``, removed by ``close`` (or the ``with``)."""
+
+    _dir = ""
+
+    def _make(self, prefix: str) -> str:
+        os.makedirs(staging_base(), exist_ok=True)
+        self._dir = tempfile.mkdtemp(prefix=prefix, dir=staging_base())
+        return self._dir
+
+    def close(self) -> None:
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = ""
+
+    def __enter__(self: Any) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class StagedOutput(_Staging):
     """A command's output that may be a URL: the command writes ``path``, a local name.
 
     For a local target ``path`` is the target itself and nothing else happens. For a
@@ -629,7 +651,7 @@ class StagedOutput:
         self.remote = is_url(target)
         self._options = storage_options
         self._overwrite = overwrite
-        self._dir = self._shown = ""  # the staging folder; kept in _shown after it is removed
+        self._shown = ""  # the staging folder, kept after it is removed
         if not self.remote:
             self.path = target
             return
@@ -637,8 +659,7 @@ class StagedOutput:
         check_bucket(target, storage_options)
         if not overwrite and not folder and exists(target, storage_options):  # a folder may hold other files
             raise StorageError(f"{target} exists: pass --overwrite to replace it")
-        os.makedirs(staging_base(), exist_ok=True)
-        self._dir = self._shown = tempfile.mkdtemp(prefix="out-", dir=staging_base())
+        self._shown = self._make("out-")
         self.path = os.path.join(self._dir, name)
 
     def shown(self, text: str) -> str:
@@ -661,20 +682,11 @@ class StagedOutput:
                 raise StorageError(f"{taken[0]} exists: pass --overwrite to replace it")
         first = [p for p in files if not p.endswith(".idx")]
         with ThreadPoolExecutor(8) as pool:  # a folder of extracted images: many small objects
-            for done in pool.map(lambda p: upload(p, urls[p], self._options), first):
-                pass
+            list(pool.map(lambda p: upload(p, urls[p], self._options), first))
         for path in files:
             if path.endswith(".idx"):  # last: a reader that finds the .idx finds the .rec whole
                 upload(path, urls[path], self._options)
         return [urls[p] for p in files]
-
-    def close(self) -> None:
-        if self._dir:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = ""
-
-    def __enter__(self) -> "StagedOutput":
-        return self
 
     def __exit__(self, kind: Any, value: Any, tb: Any) -> None:
         try:
@@ -684,26 +696,23 @@ class StagedOutput:
             self.close()
 
 
-class StagedInput:
+class StagedInput(_Staging):
     """An input that a command reads as a local file: for a URL, a downloaded copy in a new
     staging folder, with the siblings it reads beside it (``.idx``, ``property``), removed
-    when the ``with`` block ends. ``path`` is the name to read.
+    when the ``with`` block ends. ``path`` is the name to read (None for no ``source``).
 
     Raises:
         StorageError: the object is missing or cannot be read.
     """
 
-    def __init__(self, source: str, siblings: Tuple[str, ...] = (), storage_options: Optional[Mapping[str, Any]] = None):
+    def __init__(self, source: Optional[str], siblings: Tuple[str, ...] = (), storage_options: Optional[Mapping[str, Any]] = None):
         self.source = source
-        self._dir = ""
-        if not is_url(source):
-            self.path = source
+        self.path = source
+        if source is None or not is_url(source):
             return
         folder, name = _split_url(source)
         fs, path = filesystem(source, storage_options)
-        os.makedirs(staging_base(), exist_ok=True)
-        self._dir = tempfile.mkdtemp(prefix="in-", dir=staging_base())
-        self.path = os.path.join(self._dir, name)
+        self.path = os.path.join(self._make("in-"), name)
         stem = os.path.splitext(name)[0]
         try:
             try:
@@ -721,14 +730,3 @@ class StagedInput:
         except BaseException:
             self.close()
             raise
-
-    def close(self) -> None:
-        if self._dir:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = ""
-
-    def __enter__(self) -> "StagedInput":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
