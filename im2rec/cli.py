@@ -452,8 +452,11 @@ def merge_command(out, parts, layout, overwrite, quiet, storage_options):
       im2rec merge s3://b/out/train.rec s3://b/out/train-0000{0,1,2,3}-of-00004.rec   # joined by S3 itself
     """
     if storage.is_url(out) or any(storage.is_url(p) for p in parts):
-        if layout == "insightface" or not (storage.is_url(out) and all(storage.is_url(p) for p in parts)):
-            raise click.UsageError("merging in an object store needs the output and every part as URLs of it, and the plain layout")
+        if not (storage.is_url(out) and all(storage.is_url(p) for p in parts)):
+            raise click.UsageError("merging in an object store needs the output and every part as URLs of it (or all of them local)")
+        if layout == "insightface":
+            raise click.UsageError("--layout insightface merges local parts only (for now): copy the parts here, merge, then upload")
+        parts = tuple(storage.expand(parts, _options(storage_options)))
         result = shards.merge_parts_remote(out, parts, overwrite=overwrite, storage_options=_options(storage_options))
         if not quiet:
             how = "joined by the store" if result.server_side else "streamed"
@@ -594,11 +597,17 @@ def inspect_command(rec, as_json, sample, grid_path, samples, seed, tile_size, c
       im2rec inspect train.rec --grid sheet.jpg --samples 100 --seed 1
     """
     options = _options(storage_options)
-    report = inspection.inspect_rec(rec, sample=sample, storage_options=options)
-    if grid_path is not None:
+    staged = storage.StagedOutput(grid_path, options, overwrite=True) if grid_path is not None else None  # its bucket checked first
+    try:
+        report = inspection.inspect_rec(rec, sample=sample, storage_options=options)
+    except BaseException:
+        if staged is not None:
+            staged.close()
+        raise
+    if staged is not None:
         from . import sheet
 
-        with storage.StagedOutput(grid_path, options, overwrite=True) as staged, storage.StagedInput(classes_path, (), options) as classes:
+        with staged, storage.StagedInput(classes_path, (), options) as classes:
             drawn = sheet.contact_sheet(rec, staged.path, samples=samples, seed=seed, tile=tile_size, classes=classes.path, storage_options=options)
         report["grid"] = {
             "path": grid_path,

@@ -127,7 +127,11 @@ def pack_dask(
         for path in finals:
             if storage.exists(path, options.storage_options) if remote else os.path.exists(path):
                 raise PackError(f"{path} exists: pass --overwrite to replace it")
-    lines = check_list(lst, options).lines
+    if storage.is_url(lst):  # checked here through a copy; the tasks read the URL themselves
+        with storage.StagedInput(lst, (), options.storage_options) as copy:
+            lines = check_list(copy.path or lst, options).lines
+    else:
+        lines = check_list(lst, options).lines
     if not remote:
         make_output_folder(out_rec)
 

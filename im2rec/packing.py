@@ -39,7 +39,6 @@ import json
 import logging
 import os
 import posixpath
-import tempfile
 import time
 from array import array
 from collections import Counter
@@ -209,6 +208,7 @@ class PackSummary:
     header_split: List[int] = field(default_factory=list)  # keys of records split inside their header
     retried: int = 0  # a URL ROOT: requests retried after a transient failure
     identities: Optional[int] = None  # insightface layout: identity records written
+    sha256: dict = field(default_factory=dict)  # URL outputs: URL -> sha256 of what was uploaded
     transparent: int = 0  # packed images that had transparency (alpha not all opaque)
     transparent_examples: List[Tuple[int, str]] = field(default_factory=list)  # (index, path), the first TRANSPARENT_EXAMPLES
     alpha_background: Optional[Tuple[int, int, int]] = None  # what they were composited over; None: alpha was dropped
@@ -575,8 +575,14 @@ def _prepare_outputs(out: Outputs, lst: str, root: str, opts: PackOptions) -> bo
         now = _fingerprint(lst, root, opts)
         changed = [k for k in now if saved.get(k) != now[k]]
         if changed:
+            if "options" in changed:  # name the options, not the group
+                old_opts, new_opts = saved.get("options") or {}, now["options"]
+                old_opts, new_opts = {**old_opts, **(old_opts.get("image") or {})}, {**new_opts, **new_opts["image"]}
+                changed.remove("options")
+                flag = {"reduced_decode": "--full-decode", "part": "--part-index/--num-parts"}
+                changed += [flag.get(k, f"--{k.replace('_', '-')}") for k in new_opts if k != "image" and old_opts.get(k) != new_opts[k]]
             raise PackError(
-                f"cannot resume {out.rec}: the interrupted run had a different {', '.join(changed)}; "
+                f"cannot resume {out.rec}: the interrupted run was made with another {', '.join(changed)}; "
                 f"rerun the same command with --resume, or use --overwrite to start again"
             )
         return True
@@ -629,12 +635,18 @@ def pack(
     progress = progress or Progress()
     started = time.perf_counter()
     out_rec = out_rec or os.path.splitext(lst)[0] + ".rec"
-    if storage.is_url(lst):  # read many times: a local copy, kept with the staged outputs
+    if storage.is_url(lst):  # read many times: a local copy (at a name of its URL's, so that --resume finds the same)
         local = os.path.join(staging_dir(lst), posixpath.basename(lst))
         make_output_folder(local)
         with atomic_open(local, "wb") as f:
             f.write(storage.read_bytes(lst, opts.storage_options))
-        lst = local
+        summary = pack(local, root, out_rec, opts, progress)
+        summary.lst = lst
+        if summary.complete:
+            remove_quietly(local)
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.dirname(local))
+        return summary
     if storage.is_url(out_rec):
         return _pack_to_url(lst, root, out_rec, opts, progress, started)
     if opts.layout == "insightface" and opts.part_index is None:
@@ -684,9 +696,8 @@ def pack(
 
 def staging_dir(url: str) -> str:
     """The local folder where the outputs for ``url`` grow (kept for ``--resume``), then are uploaded from:
-    ``$IM2REC_STAGING`` or the system's temporary folder, one sub-folder per output URL."""
-    base = os.environ.get("IM2REC_STAGING") or os.path.join(tempfile.gettempdir(), "im2rec-staging")
-    return os.path.join(base, hashlib.sha256(url.encode()).hexdigest()[:16])
+    a sub-folder of ``storage.staging_base()`` per output URL."""
+    return os.path.join(storage.staging_base(), hashlib.sha256(url.encode()).hexdigest()[:16])
 
 
 def _pack_to_url(lst: str, root: str, out_url: str, opts: PackOptions, progress: Progress, started: float) -> PackSummary:
@@ -707,6 +718,17 @@ def _pack_to_url(lst: str, root: str, out_url: str, opts: PackOptions, progress:
         return PackSummary(lst, root, final, already_complete=True, complete=True)  # uploaded by an earlier run
     if finals_there and not opts.overwrite and not opts.resume:
         raise PackError(f"{finals_there[0]} exists: pass --overwrite to replace it")
+    if not opts.overwrite and not opts.resume:
+        if all(os.path.exists(p) for p in staged.finals):
+            raise PackError(
+                f"{final.rec}: an earlier run packed it but did not finish uploading it (its files are in "
+                f"{os.path.dirname(staged.rec)}): pass --resume to upload them, or --overwrite to start again"
+            )
+        if any(os.path.exists(p) for p in (*staged.partials, staged.state)):
+            raise PackError(
+                f"{final.rec}: an interrupted run left its finished part in {os.path.dirname(staged.rec)}: "
+                f"pass --resume to continue it, or --overwrite to start again"
+            )
     stream = opts.layout == "plain" and storage.Streamer.supported(out_url)
     summary = pack(lst, root, local_rec, dataclasses.replace(opts, stream_to=final.rec if stream else None), progress)
     outputs = summary.outputs
@@ -717,6 +739,10 @@ def _pack_to_url(lst: str, root: str, out_url: str, opts: PackOptions, progress:
     locals_.append(outputs.idx)  # readers look for the .idx: it appears once the rest is there
     url_of = {path: storage.join(folder, os.path.basename(path)) for path in locals_}
     if not summary.already_complete or os.path.exists(outputs.idx):
+        for path in [outputs.rec, *locals_]:  # for --stats: what was uploaded (hashed here, where it is local)
+            digest = _sha256(path)
+            if digest is not None:
+                summary.sha256[url_of.get(path, final.rec)] = digest
         for path in locals_:
             if os.path.exists(path):
                 storage.upload(path, url_of[path], opts.storage_options)
@@ -929,7 +955,10 @@ def _output_hashes(s: PackSummary) -> dict:
         files.update({f"shard {n} idx": os.path.splitext(rec)[0] + ".idx" for n, rec in enumerate(s.shards)})
     else:
         files.update(rec=s.outputs.rec, idx=s.outputs.idx)
-    return {name: {"path": os.path.abspath(path), "sha256": _sha256(path)} for name, path in files.items()}
+    return {
+        name: {"path": path, "sha256": s.sha256.get(path)} if storage.is_url(path) else {"path": os.path.abspath(path), "sha256": _sha256(path)}
+        for name, path in files.items()
+    }
 
 
 def write_stats(path: str, summary: PackSummary, options: PackOptions, argv: Optional[List[str]] = None) -> dict:
@@ -943,7 +972,7 @@ def write_stats(path: str, summary: PackSummary, options: PackOptions, argv: Opt
     stats = {
         "im2rec": __version__,
         "argv": argv,
-        "list": os.path.abspath(s.lst),
+        "list": s.lst if storage.is_url(s.lst) else os.path.abspath(s.lst),
         "root": s.root if storage.is_url(s.root) else os.path.abspath(s.root),
         "options": dataclasses.asdict(options),
         "complete": s.complete,

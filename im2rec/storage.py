@@ -27,6 +27,7 @@ from .errors import Im2recError
 __all__ = [
     "is_url",
     "join",
+    "expand",
     "RemoteSource",
     "filesystem",
     "list_files",
@@ -183,6 +184,30 @@ def list_files(url: str, recursive: bool = True, storage_options: Optional[Mappi
     except Exception as e:  # noqa: BLE001
         raise _translate(url, e) from None
     return [p[len(path) + 1 :] for p in found if p.startswith(path + "/")]
+
+
+def expand(urls: Iterable[str], storage_options: Optional[Mapping[str, Any]] = None) -> List[str]:
+    """URLs with ``*``, ``?`` or ``[...]`` replaced by the objects they match, sorted (a shell
+    cannot expand them: they name objects in a store); other URLs as they are.
+
+    Raises:
+        StorageError: a pattern matches nothing.
+    """
+    found: List[str] = []
+    for url in urls:
+        if not any(c in url.split("://", 1)[-1] for c in "*?["):
+            found.append(url)
+            continue
+        fs, path = filesystem(url, storage_options)
+        try:
+            matches = sorted(fs.glob(path))
+        except Exception as e:  # noqa: BLE001
+            raise _translate(url, e) from None
+        if not matches:
+            raise StorageError(f"{url}: no object matches")
+        scheme = url.split("://", 1)[0]
+        found += [f"{scheme}://{m.lstrip('/')}" if scheme != "file" else f"file://{m}" for m in matches]
+    return found
 
 
 def join(root: str, path: str) -> str:
@@ -371,6 +396,8 @@ def upload_stream(src: Any, url: str, storage_options: Optional[Mapping[str, Any
 
     fs, path = filesystem(url, storage_options)
     try:
+        if getattr(fs, "root_marker", "") == "/":  # file://, memory://: folders are real there
+            fs.makedirs(fs._parent(path), exist_ok=True)
         f = fs.open(path, "wb", **({"block_size": block_size} if block_size else {}))
     except Exception as e:  # noqa: BLE001
         raise _translate(url, e) from None
@@ -594,7 +621,8 @@ class RemoteSource:
 def staging_base() -> str:
     """Where URL outputs are written before they are uploaded (and URL inputs downloaded):
     ``$IM2REC_STAGING``, or the system's temporary folder."""
-    return os.environ.get("IM2REC_STAGING") or os.path.join(tempfile.gettempdir(), "im2rec-staging")
+    user = f"-{os.getuid()}" if hasattr(os, "getuid") else ""  # one per user: the folder is not shared
+    return os.environ.get("IM2REC_STAGING") or os.path.join(tempfile.gettempdir(), f"im2rec-staging{user}")
 
 
 def _split_url(url: str) -> Tuple[str, str]:

@@ -382,7 +382,7 @@ def test_resume_refuses_other_options(slow_job, tmp_path):
     proc.wait()
     result = run("pack", lst, root, tmp_path / "o.rec", "--resize", "100", "--resume")
     assert result.exit_code == 1
-    assert "the interrupted run had a different options" in result.stderr
+    assert "the interrupted run was made with another --resize, --full-decode; rerun the same command" in result.stderr
     assert run("pack", lst, root, tmp_path / "o.rec", "--resize", "100", "--overwrite", "--workers", "2").exit_code == 0
     assert not list(tmp_path.glob("*.partial")) and not (tmp_path / "o.resume.json").exists()
 
@@ -401,7 +401,7 @@ def test_resume_keeps_the_alpha_background_and_refuses_another(tmp_path):
     assert stopped.exit_code == 1 and (tmp_path / "o.rec.partial").exists()
     for other in (["--alpha-background", "black"], []):
         refused = run("pack", tmp_path / "t.lst", root, tmp_path / "o.rec", *args, *other, "--resume")
-        assert refused.exit_code == 1 and "the interrupted run had a different options" in refused.stderr
+        assert refused.exit_code == 1 and "the interrupted run was made with another --alpha-background; rerun" in refused.stderr
     resumed = run("pack", tmp_path / "t.lst", root, tmp_path / "o.rec", *args, "--alpha-background", "#FFFFFF", "--resume", "--stats", tmp_path / "s.json")
     assert resumed.exit_code == 0, resumed.output
     assert resumed.stdout.rstrip().endswith("; 1 image had transparency (since the resume), composited over #FFFFFF")

@@ -1,5 +1,6 @@
 """Reading .rec files from object storage: a real S3 endpoint on 127.0.0.1 (moto's server), memory:// and file://."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -368,6 +369,11 @@ def test_parts_packed_to_s3_then_merged_in_the_store(s3, data_dir, tmp_path, mon
     assert s3_bytes("data/merged/all.idx") == (golden / "all.idx").read_bytes()
     result = run("merge", "s3://data/merged/all.rec", *parts)
     assert result.exit_code == 1 and result.stderr == "Error: s3://data/merged/all.rec exists: pass --overwrite to replace it\n"
+    result = run("merge", "s3://data/globbed/all.rec", "s3://data/parts/all-0000?-of-00003.rec")  # the README's form: no shell can expand it
+    assert result.exit_code == 0, result.output
+    assert s3_bytes("data/globbed/all.rec") == (golden / "all.rec").read_bytes()
+    result = run("merge", "s3://data/globbed/none.rec", "s3://data/parts/nothing-*.rec")
+    assert result.exit_code == 1 and result.stderr == "Error: s3://data/parts/nothing-*.rec: no object matches\n"
 
 
 def test_large_parts_are_joined_by_the_store(s3, tmp_path):
@@ -401,8 +407,9 @@ def test_dask_local_cluster_writes_parts_to_s3_and_merges_them(s3, data_dir, tmp
     write_lst(tmp_path / "big.lst", big)
     assert run("pack", tmp_path / "big.lst", data_dir / "tree", tmp_path / "local.rec", "--resize", "48", "-q").exit_code == 0
     env = dict(os.environ, IM2REC_STAGING=str(tmp_path / "staging"))
+    s3fs.S3FileSystem(skip_instance_cache=True).put(str(tmp_path / "big.lst"), "data/lists/big.lst")
     proc = subprocess.run(
-        [sys.executable, "-m", "im2rec", "pack", tmp_path / "big.lst", "s3://data/tree", "s3://data/dask/train.rec", "--resize", "48", "--dask", "local", "--workers", "2"],
+        [sys.executable, "-m", "im2rec", "pack", "s3://data/lists/big.lst", "s3://data/tree", "s3://data/dask/train.rec", "--resize", "48", "--dask", "local", "--workers", "2"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -580,6 +587,12 @@ def test_every_url_output_goes_to_the_store(s3, data_dir, tmp_path, monkeypatch)
             assert names == expected, name
     stats = json.loads(s3_bytes("data/walk/stats/s.json"))
     assert stats["counts"]["packed"] == 14
+    result = run("pack", "s3://data/all.lst", "s3://data/tree", f"{w}/both/all.rec", "--pass-through", "--stats", f"{w}/both/s.json")
+    assert result.exit_code == 0, result.output
+    stats = json.loads(s3_bytes("data/walk/both/s.json"))
+    assert stats["list"] == "s3://data/all.lst" and stats["root"] == "s3://data/tree"
+    for name, ext in (("rec", "rec"), ("idx", "idx"), ("failed", "failed.tsv")):
+        assert stats["outputs"][name] == {"path": f"{w}/both/all.{ext}", "sha256": hashlib.sha256(s3_bytes(f"data/walk/both/all.{ext}")).hexdigest()}, name
     assert s3_bytes("data/walk/merge/all.rec") == rec.read_bytes()
     assert s3_bytes("data/walk/combine/c.sources.tsv").decode().splitlines()[1].startswith(str(face / "train.rec") + "\t")
     assert not [p for p in (tmp_path / "staging").rglob("*") if p.is_file()]  # the staged files are removed
@@ -618,7 +631,7 @@ def test_every_url_input_is_read_or_refused_in_words(s3, data_dir, tmp_path, mon
     refused = [
         (["bin", "build", face / "pairs" / "pairs.tsv", "s3://data/faces", "x.bin"], 2, "Invalid value for 'ROOT': 's3://data/faces' is a URL: bin build reads the images of a local folder: copy them first (e.g. aws s3 sync)"),
         (["index", "--combined", "c.idx", "s3://data/all.rec"], 1, "Error: s3://data/all.rec: --combined reads local files (for now); DALI reads local files too"),
-        (["merge", "m.rec", "s3://data/all.rec"], 2, "merging in an object store needs the output and every part as URLs of it, and the plain layout"),
+        (["merge", "m.rec", "s3://data/all.rec"], 2, "merging in an object store needs the output and every part as URLs of it (or all of them local)"),
     ]
     for args, code, message in refused:
         result = run(*args)
@@ -638,3 +651,41 @@ def test_streamed_parts_grow_so_that_10000_parts_hold_920_gb():
     streamer.part = Streamer.PART
     assert [streamer.part_size(n) for n in (1, 1000, 1001, 2000, 2001, 10_000)] == [16 << 20, 16 << 20, 32 << 20, 32 << 20, 48 << 20, 160 << 20]
     assert sum(streamer.part_size(n) for n in range(1, 10_001)) == 55_000 * (16 << 20)  # about 920 GB
+
+
+def test_file_urls_into_folders_that_do_not_exist_yet(data_dir, tmp_path, monkeypatch):
+    """file:// outputs create their folders, as local paths do (a file:// store has real folders)."""
+    monkeypatch.setenv("IM2REC_STAGING", str(tmp_path / "staging"))
+    golden = data_dir / "im2rec_pack_pass"
+    out = tmp_path / "new" / "deeper"
+    result = run("pack", golden / "all.lst", f"file://{data_dir / 'tree'}", f"file://{out}/all.rec", "--pass-through")
+    assert result.exit_code == 0, result.output
+    assert (out / "all.rec").read_bytes() == (golden / "all.rec").read_bytes()
+    result = run("extract", golden / "all.rec", f"file://{tmp_path}/ex/here")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "ex" / "here" / "all.lst").exists()
+    assert not [p for p in (tmp_path / "staging").rglob("*") if p.is_file()]
+
+
+def test_an_unfinished_upload_is_named_by_its_url_and_resumed(s3, data_dir, tmp_path, monkeypatch):
+    """A pack whose upload did not finish (its staged outputs complete): a rerun says so, --resume uploads them."""
+    from im2rec.packing import staging_dir
+
+    monkeypatch.setenv("IM2REC_STAGING", str(tmp_path / "staging"))
+    golden = data_dir / "im2rec_pack_pass"
+    out = "s3://data/unfinished/all.rec"
+    staged = Path(staging_dir(out))
+    staged.mkdir(parents=True)
+    for ext in ("rec", "idx"):
+        shutil.copy(golden / f"all.{ext}", staged / f"all.{ext}")
+    (staged / "all.failed.tsv").write_text("index\tpath\treason\n")
+    result = run("pack", golden / "all.lst", data_dir / "tree", out, "--pass-through")
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"Error: {out}: an earlier run packed it but did not finish uploading it (its files are in {staged}): "
+        f"pass --resume to upload them, or --overwrite to start again\n"
+    )
+    result = run("pack", golden / "all.lst", data_dir / "tree", out, "--pass-through", "--resume")
+    assert result.exit_code == 0, result.output
+    assert s3_bytes("data/unfinished/all.rec") == (golden / "all.rec").read_bytes()
+    assert not staged.exists()
