@@ -76,7 +76,7 @@ def _client(address: str, workers: int) -> Any:
     try:
         from dask.distributed import Client, LocalCluster
     except ImportError:
-        raise PackError("--dask needs Dask: pip install 'im2rec[dask]'") from None
+        raise PackError("--dask needs Dask: pip install distributed (im2rec's dask extra)") from None
     if address == "local":
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
         return Client(cluster)

@@ -95,7 +95,7 @@ def filesystem(url: str, storage_options: Optional[Mapping[str, Any]] = None, fr
         import fsspec
         from fsspec.core import split_protocol
     except ImportError:
-        raise StorageError(f"{url}: reading URLs needs fsspec: pip install 'im2rec[s3]' (or fsspec and your store's driver)") from None
+        raise StorageError(f"{url}: reading URLs needs fsspec and the store's driver: pip install s3fs (im2rec's s3 extra; gcsfs, adlfs for the others)") from None
     protocol = split_protocol(url)[0] or "file"
     try:
         cls = fsspec.get_filesystem_class(protocol)
