@@ -607,14 +607,14 @@ def inspect_command(rec, as_json, sample, grid_path, samples, seed, tile_size, c
     if staged is not None:
         from . import sheet
 
-        with staged, storage.StagedInput(classes_path, (), options) as classes:
-            drawn = sheet.contact_sheet(rec, staged.path, samples=samples, seed=seed, tile=tile_size, classes=classes.path, storage_options=options)
+        with staged:
+            drawn = sheet.contact_sheet(rec, staged.path, samples=samples, seed=seed, tile=tile_size, classes=classes_path, storage_options=options)
         report["grid"] = {
             "path": grid_path,
             "tiles": drawn.tiles,
             "columns": drawn.columns,
             "rows": drawn.rows,
-            "classes": classes_path if drawn.classes and classes_path else drawn.classes,
+            "classes": drawn.classes,
             "marked": [str(p) for p in drawn.marked],
         }
     if as_json:

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import storage
 from .dataset import insightface_header
 from .errors import HeaderError, Im2recError, ImageError, RecordIOError
 from .fsutil import atomic_open
@@ -51,12 +52,14 @@ class SheetResult:
     classes: Optional[str] = None  # the class map used for captions
 
 
-def find_classes(path: str) -> Optional[str]:
-    """The ``PREFIX.classes.tsv`` that ``im2rec list`` wrote for the list or ``.rec`` at ``path``, if there is one."""
+def find_classes(path: str, storage_options: Optional[dict] = None) -> Optional[str]:
+    """The ``PREFIX.classes.tsv`` that ``im2rec list`` wrote for the list or ``.rec`` at ``path``
+    (a path or a URL), if there is one."""
     stem = os.path.splitext(path)[0]
+    remote = storage.is_url(path)
     while True:
         candidate = stem + ".classes.tsv"
-        if os.path.exists(candidate):
+        if storage.exists(candidate, storage_options) if remote else os.path.exists(candidate):
             return candidate
         shorter = _DERIVED_SUFFIX.sub("", stem)
         if shorter == stem:
@@ -64,20 +67,24 @@ def find_classes(path: str) -> Optional[str]:
         stem = shorter
 
 
-def read_classes(path: str) -> Dict[float, str]:
-    """``label -> folder`` from a ``label TAB folder`` file.
+def read_classes(path: str, storage_options: Optional[dict] = None) -> Dict[float, str]:
+    """``label -> folder`` from a ``label TAB folder`` file (a path or a URL).
 
     Raises:
         Im2recError: a line is not ``label TAB folder``, naming ``file:line``.
     """
     names: Dict[float, str] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            fields = line.rstrip("\n").split("\t")
-            try:
-                names[float(fields[0])] = fields[1]
-            except (ValueError, IndexError):
-                raise Im2recError(f"{path}:{lineno}: expected 'label<TAB>folder', got {line.rstrip()!r}") from None
+    if storage.is_url(path):
+        text = storage.read_bytes(path, storage_options).decode("utf-8")
+    else:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    for lineno, line in enumerate(text.splitlines(), 1):
+        fields = line.split("\t")
+        try:
+            names[float(fields[0])] = fields[1]
+        except (ValueError, IndexError):
+            raise Im2recError(f"{path}:{lineno}: expected 'label<TAB>folder', got {line.rstrip()!r}") from None
     return names
 
 
@@ -180,8 +187,8 @@ def contact_sheet(
         if not entries:
             raise Im2recError(f"{rec}: no record to draw")
         chosen = sorted(random.Random(seed).sample(entries, min(samples, len(entries))), key=lambda e: e[1])
-        result = SheetResult(out, classes=classes or find_classes(rec))
-        names = read_classes(result.classes) if result.classes else {}
+        result = SheetResult(out, classes=classes or find_classes(rec, storage_options))
+        names = read_classes(result.classes, storage_options) if result.classes else {}
         result.tiles = len(chosen)
         result.columns = math.ceil(math.sqrt(len(chosen)))
         result.rows = math.ceil(len(chosen) / result.columns)

@@ -639,6 +639,10 @@ def test_every_url_input_is_read_or_refused_in_words(s3, data_dir, tmp_path, mon
     for args in (["s3://data/lists/x", "s3://data/tree", "--list"], ["x", "s3://data/tree", "--list"]):
         proc = subprocess.run([sys.executable, "-m", "im2rec.legacy", *args], capture_output=True, text=True)
         assert proc.returncode == 2 and "is a URL: im2rec-py, like im2rec.py, works on local files" in proc.stderr, proc.stderr
+    fs.put(str(tmp_path / "classes.tsv"), "data/all.classes.tsv")  # what `im2rec list` writes beside the list, found beside a URL too
+    result = run("inspect", "s3://data/all.rec", "--grid", "found.png", "--samples", "4")
+    assert result.exit_code == 0 and "captions from s3://data/all.classes.tsv)" in result.stdout, result.output
+    fs.rm("data/all.classes.tsv")
     proc = subprocess.run([sys.executable, "-m", "im2rec.synthetic", "s3://data/corpus"], capture_output=True, text=True)
     assert proc.returncode == 2 and "'s3://data/corpus' is a URL: the generator writes a local folder" in proc.stderr
     assert not os.path.exists("s3:")
