@@ -130,7 +130,7 @@ class RecordDataset:
             idx = idx_path_of(path)
             for p in (path, idx):
                 if not (storage.exists(p, storage_options) if storage.is_url(p) else os.path.exists(p)):
-                    raise Im2recError(f"{p}: no such file (a .rec needs its .idx beside it, same stem)")
+                    raise Im2recError(f"{storage.missing(p)} (a .rec needs its .idx beside it, same stem)")
             self.readers.append(RecordReader(path, idx, storage_options=storage_options))
 
         self.insightface: Optional[Tuple[int, int]] = None

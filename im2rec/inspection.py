@@ -55,7 +55,7 @@ def _exists(path: str, storage_options: Optional[dict]) -> bool:
 def open_rec(rec: str, with_idx: bool = True, storage_options: Optional[dict] = None) -> Tuple[RecordReader, Optional[RecordIndex]]:
     """A reader of ``rec`` (a path or a URL), with its ``.idx`` when there is one and ``with_idx``."""
     if not _exists(rec, storage_options):
-        raise Im2recError(f"{rec}: no such file")
+        raise Im2recError(storage.missing(rec))
     idx = idx_path_of(rec)
     reader = RecordReader(rec, idx if with_idx and _exists(idx, storage_options) else None, storage_options=storage_options)
     return reader, reader.index
@@ -234,7 +234,7 @@ def verify_rec(rec: str, decode_images: bool = False, storage_options: Optional[
     every image decodes (insightface header and identity records excepted).
     """
     if not _exists(rec, storage_options):
-        raise Im2recError(f"{rec}: no such file")
+        raise Im2recError(storage.missing(rec))
     idx_path = idx_path_of(rec)
     reader = RecordReader(rec, storage_options=storage_options)
     report = VerifyReport(rec, idx_path if _exists(idx_path, storage_options) else None)
@@ -534,7 +534,7 @@ def combined_index(recs: Sequence[str], idx: str, keys: str = "id", overwrite: b
         raise Im2recError(f"{remote[0]}: --combined reads local files (for now); DALI reads local files too")
     for rec in recs:
         if not os.path.isfile(rec):
-            raise Im2recError(f"{rec}: no such file")
+            raise Im2recError(storage.missing(rec))
         size = os.path.getsize(rec)
         if size % 4:
             raise Im2recError(f"{rec}: {size:,} bytes is not a multiple of 4: DALI and MXNet refuse such a file")

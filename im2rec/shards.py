@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import __version__
+from . import __version__, storage
 from .errors import Im2recError
 from .fsutil import commit, make_parents, remove_quietly, start_writeback
 from .recordio import RecordWriter, read_index
@@ -118,7 +118,7 @@ def _joined_index(ordered: Sequence[str], exists: Any, size_of: Any, storage_opt
         idx = _stem(part) + ".idx"
         for path in (part, idx):
             if not exists(path):
-                raise Im2recError(f"{path}: no such file")
+                raise Im2recError(storage.missing(path))
         size = size_of(part)
         if size % 4:
             raise Im2recError(f"{part}: {size} bytes is not a multiple of 4; is the part complete?")
@@ -150,8 +150,6 @@ def merge_parts_remote(out_rec: str, parts: Sequence[str], overwrite: bool = Fal
         Im2recError: as ``merge_parts``; StorageError for the store's failures.
     """
     import io
-
-    from . import storage
 
     ordered = _order_parts(list(parts))
     if not ordered:

@@ -210,6 +210,11 @@ def expand(urls: Iterable[str], storage_options: Optional[Mapping[str, Any]] = N
     return found
 
 
+def missing(path: str) -> str:
+    """How to say that ``path`` is not there: "no such object" for a URL, "no such file" for a path."""
+    return f"{path}: no such {'object' if is_url(path) else 'file'}"
+
+
 def join(root: str, path: str) -> str:
     """``root/path`` for a URL root."""
     return root.rstrip("/") + "/" + path

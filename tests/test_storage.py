@@ -126,12 +126,12 @@ def test_storage_options_on_the_command_line(s3, monkeypatch):
 
 def test_missing_objects_and_buckets_are_one_clear_error(s3):
     result = run("verify", "s3://data/none.rec")
-    assert result.exit_code == 1 and result.stderr == "Error: s3://data/none.rec: no such file\n"
+    assert result.exit_code == 1 and result.stderr == "Error: s3://data/none.rec: no such object\n"
     with pytest.raises(StorageError, match=r"s3://no-such-bucket/a.rec: no such object \(or its bucket does not exist\)"):
         RemoteSource("s3://no-such-bucket/a.rec")
     from im2rec import Im2recError, RecordDataset
 
-    with pytest.raises(Im2recError, match="s3://data/nothing.rec: no such file"):
+    with pytest.raises(Im2recError, match="s3://data/nothing.rec: no such object"):
         RecordDataset("s3://data/nothing.rec")
 
 
