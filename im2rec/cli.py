@@ -113,12 +113,13 @@ class _LocalOnly(click.ParamType):
 
 class _Output(click.ParamType):
     """Where a command writes: a local path, or a URL that the command writes to the store
-    (staged locally, then uploaded whole: see storage.StagedOutput)."""
+    (staged locally, then uploaded whole: see storage.StagedOutput). ``folder``: True for a
+    folder, False for a file, None for a prefix (``list``'s ``images`` beside a folder ``images/``)."""
 
     name = "PATH"
 
-    def __init__(self, folder: bool = False):
-        self._path = click.Path(file_okay=not folder, dir_okay=folder)
+    def __init__(self, folder: Optional[bool] = False):
+        self._path = click.Path() if folder is None else click.Path(file_okay=not folder, dir_okay=folder)
 
     def convert(self, value, param, ctx):
         if storage.is_url(value):
@@ -142,7 +143,7 @@ def _options(pairs) -> Optional[dict]:
 
 @main.command("list")
 @click.argument("root", type=_PathOrURL(folder=True))
-@click.argument("prefix", type=_Output())
+@click.argument("prefix", type=_Output(folder=None))
 @click.option(
     "--exts",
     multiple=True,
@@ -337,7 +338,8 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="'--quality'") from None
     if part_index is not None and part_index >= num_parts:
-        raise click.BadParameter(f"{part_index} is not below --num-parts {num_parts}", param_hint="'--part-index'")
+        needs = " (give the number of parts with --num-parts N)" if num_parts == 1 else ""
+        raise click.BadParameter(f"{part_index} is not below --num-parts {num_parts}{needs}", param_hint="'--part-index'")
     if num_parts > 1 and part_index is None and dask_address is None:
         raise click.UsageError("--num-parts needs --part-index (one part) or --dask (all parts, then a merge)")
     if dask_address is not None and part_index is not None:

@@ -272,3 +272,13 @@ def test_python_m_im2rec(data_dir, tmp_path):
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "m.lst").read_bytes() == (data_dir / "im2rec" / "all.lst").read_bytes()
     shutil.rmtree(tmp_path)
+
+
+def test_the_prefix_may_name_the_folder_it_lists(data_dir, tmp_path, monkeypatch):
+    """`im2rec list images images` writes images.lst beside the folder images/ (PREFIX is a prefix, not a file)."""
+    shutil.copytree(data_dir / "tree", tmp_path / "images")
+    monkeypatch.chdir(tmp_path)
+    result = run("list", "images", "images")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("images.lst: 14 images\n")
+    assert len(read_lst(tmp_path / "images.lst")) == 14
