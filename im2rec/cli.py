@@ -435,7 +435,7 @@ def _pack_with_dask(lst, root, out, options, address, num_parts, merge, strict, 
 @main.command("merge")
 @click.argument("out", type=click.Path(dir_okay=False))
 @click.argument("parts", nargs=-1, required=True, type=_PathOrURL())
-@click.option("--layout", type=click.Choice(["plain", "insightface"]), default="plain", show_default=True, help="insightface: the parts of a `pack --layout insightface` run; the merged images are laid out as one face set.")
+@click.option("--layout", type=click.Choice(["plain", "insightface"]), default=None, help="[default: the parts' own: insightface for the parts of a `pack --layout insightface` run (each has a .layout file beside it), whose merged images are laid out as one face set; else plain]")
 @click.option("--overwrite", is_flag=True, help="Replace an existing OUT.")
 @quiet_option
 @storage_option
@@ -445,26 +445,26 @@ def merge_command(out, parts, layout, overwrite, quiet, storage_options):
 
     Parts named OUT-0000I-of-0000N.rec (from `pack --num-parts N --part-index I`)
     are put in order and must all be there; the result is byte-identical to one
-    pack of the whole list. Their .failed.tsv files are joined too.
+    pack of the whole list, in its layout. Their .failed.tsv files are joined too.
 
     \b
     Examples:
       im2rec merge out.rec out-*-of-00008.rec
-      im2rec merge faces/train.rec faces/train-*-of-00004.rec --layout insightface
+      im2rec merge faces/train.rec faces/train-*-of-00004.rec      # parts of a --layout insightface pack
       im2rec merge s3://b/out/train.rec s3://b/out/train-0000{0,1,2,3}-of-00004.rec   # joined by S3 itself
     """
     if storage.is_url(out) or any(storage.is_url(p) for p in parts):
         if not (storage.is_url(out) and all(storage.is_url(p) for p in parts)):
             raise click.UsageError("merging in an object store needs the output and every part as URLs of it (or all of them local)")
-        if layout == "insightface":
-            raise click.UsageError("--layout insightface merges local parts only (for now): copy the parts here, merge, then upload")
         parts = tuple(storage.expand(parts, _options(storage_options)))
+        if (layout or shards.parts_layout(parts, _options(storage_options))) == "insightface":
+            raise click.UsageError("the insightface layout merges local parts only (for now): copy the parts here, merge, then upload")
         result = shards.merge_parts_remote(out, parts, overwrite=overwrite, storage_options=_options(storage_options))
         if not quiet:
             how = "joined by the store" if result.server_side else "streamed"
             click.echo(f"merged {len(result.parts)} parts into {out} ({how}): {result.records:,} records, {result.bytes / 1e6:,.1f} MB")
         return
-    if layout == "insightface":
+    if (layout or shards.parts_layout(parts)) == "insightface":
         for path in faces.insightface_outputs(out):
             if os.path.exists(path) and not overwrite:
                 raise click.ClickException(f"{path} exists: pass --overwrite to replace it")

@@ -28,7 +28,7 @@ from .errors import Im2recError, PackError
 from .faces import insightface_outputs
 from .fsutil import remove_quietly
 from .packing import Outputs, PackOptions, PackSummary, check_list, images_path, lay_out_insightface, make_output_folder, pack
-from .shards import merge_parts, merge_parts_remote, part_path
+from .shards import layout_path, merge_parts, merge_parts_remote, part_path
 
 __all__ = ["pack_dask", "DaskSummary", "pack_part"]
 
@@ -172,14 +172,14 @@ def pack_dask(
         parts = [part_path(out_rec, i, n) for i in range(n)]
         if remote:  # joined in the store (S3: server-side copies), then the parts deleted
             merge_parts_remote(out_rec, parts, overwrite=True, storage_options=options.storage_options)
-            storage.remove([path for p in parts for path in Outputs.for_rec(p).finals], options.storage_options)
+            storage.remove([path for p in parts for path in (*Outputs.for_rec(p).finals, layout_path(p))], options.storage_options)
         elif options.layout == "insightface":  # parts hold the images plain; the whole is laid out once merged
             merge_parts(images_path(out_rec), parts, overwrite=True)
             summary.identities = lay_out_insightface(images_path(out_rec), out_rec).identities
         else:
             merge_parts(out_rec, parts, overwrite=options.overwrite)
         for p in parts if not remote else []:
-            for path in Outputs.for_rec(p).finals:
+            for path in (*Outputs.for_rec(p).finals, layout_path(p)):
                 remove_quietly(path)
         summary.merged = True
     summary.seconds = time.perf_counter() - started

@@ -54,7 +54,7 @@ from .fsutil import WriteBehind, atomic_open, commit, make_parents, remove_quiet
 from .image import ImageOptions, format_color, init_worker, transform_image
 from .lst import format_label, iter_lst
 from .pool import OrderedPool
-from .shards import ShardedWriter, existing_shard_outputs, part_path
+from .shards import ShardedWriter, existing_shard_outputs, layout_path, part_path
 
 __all__ = [
     "PackOptions",
@@ -677,6 +677,9 @@ def pack(
         _pack_sharded(lst, root, opts, progress, summary)
     else:
         _pack_single(lst, root, opts, progress, summary, start, stop)
+    if opts.part_index is not None and opts.layout == "insightface":  # the layout travels with the part, to merge
+        with atomic_open(layout_path(out.rec), "w", encoding="ascii", newline="\n") as f:
+            f.write("insightface\n")
     if summary.header_split:
         keys = ", ".join(map(str, summary.header_split[:10])) + (", ..." if len(summary.header_split) > 10 else "")
         log.warning(
@@ -734,8 +737,8 @@ def _pack_to_url(lst: str, root: str, out_url: str, opts: PackOptions, progress:
     outputs = summary.outputs
     streamed = stream and not summary.already_complete  # the .rec is in the store already
     locals_ = [outputs.failed] if streamed else [outputs.rec, outputs.failed]
-    if opts.layout == "insightface" and opts.part_index is None:
-        locals_.append(os.path.join(os.path.dirname(outputs.rec), "property"))
+    if opts.layout == "insightface":
+        locals_.append(os.path.join(os.path.dirname(outputs.rec), "property") if opts.part_index is None else layout_path(outputs.rec))
     locals_.append(outputs.idx)  # readers look for the .idx: it appears once the rest is there
     url_of = {path: storage.join(folder, os.path.basename(path)) for path in locals_}
     if not summary.already_complete or os.path.exists(outputs.idx):

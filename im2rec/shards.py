@@ -28,6 +28,8 @@ from .recordio import RecordWriter, read_index
 
 __all__ = [
     "part_path",
+    "layout_path",
+    "parts_layout",
     "shard_path",
     "manifest_path",
     "parse_size",
@@ -47,6 +49,42 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 
 def part_path(out_rec: str, index: int, count: int) -> str:
     """``out.rec`` -> ``out-00001-of-00003.rec`` for part 1 of 3."""
     return f"{os.path.splitext(out_rec)[0]}-{index:05d}-of-{count:05d}.rec"
+
+
+def layout_path(part_rec: str) -> str:
+    """``out-00001-of-00003.rec`` -> ``out-00001-of-00003.layout``: written beside a part of a
+    ``pack --layout insightface`` run (its records are the images, plain, in list order), so
+    that ``merge`` lays the whole out as the single pack would, without being told."""
+    return os.path.splitext(part_rec)[0] + ".layout"
+
+
+def parts_layout(parts: Sequence[str], storage_options: Optional[dict] = None) -> str:
+    """The layout the parts were packed for: ``"insightface"`` when each has its ``.layout``
+    file saying so, ``"plain"`` when none has one.
+
+    Raises:
+        Im2recError: some parts have one and others do not (parts of different runs).
+    """
+    said = [_layout_of(part, storage_options) for part in parts]
+    kinds = sorted(set(said))
+    if len(kinds) > 1:
+        first = {k: parts[said.index(k)] for k in kinds}
+        raise Im2recError(
+            "the parts were packed for different layouts ("
+            + ", ".join(f"{k}: {first[k]}" for k in kinds)
+            + "): merge the parts of one run"
+        )
+    return kinds[0] if kinds else "plain"
+
+
+def _layout_of(part: str, storage_options: Optional[dict]) -> str:
+    path = layout_path(part)
+    if storage.is_url(path):
+        return storage.read_bytes(path, storage_options).decode().strip() if storage.exists(path, storage_options) else "plain"
+    if not os.path.exists(path):
+        return "plain"
+    with open(path, encoding="ascii") as f:
+        return f.read().strip()
 
 
 def shard_path(out_rec: str, index: int) -> str:

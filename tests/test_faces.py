@@ -126,11 +126,23 @@ def test_pack_insightface_in_parts_then_merge(face, tmp_path):
         result = run("pack", face / "train.lst", face, tmp_path / "train.rec", "--layout", "insightface", "--pass-through", "--num-parts", 3, "--part-index", i)
         assert result.exit_code == 0, result.output
     parts = sorted(tmp_path.glob("train-*-of-00003.rec"))
-    result = run("merge", tmp_path / "train.rec", *parts, "--layout", "insightface")
+    assert [(tmp_path / f"train-0000{i}-of-00003.layout").read_text() for i in range(3)] == ["insightface\n"] * 3
+    result = run("merge", tmp_path / "train.rec", *parts)  # the layout travels with the parts: no --layout needed
     assert result.exit_code == 0, result.output
     assert result.stdout == f"merged 3 parts into {tmp_path / 'train.rec'}: 19 images of 5 identities (insightface layout), 0.1 MB\n"
     for name in ("train.rec", "train.idx", "property"):
         assert same(tmp_path / name, face / name), name
+    result = run("merge", tmp_path / "again" / "train.rec", *parts, "--layout", "insightface")
+    assert result.exit_code == 0 and same(tmp_path / "again" / "train.rec", face / "train.rec")
+    result = run("merge", tmp_path / "plain.rec", *parts, "--layout", "plain")  # asked for: the images in list order
+    assert result.exit_code == 0 and result.stdout.startswith(f"merged 3 parts into {tmp_path / 'plain.rec'}: 19 records")
+    (tmp_path / "train-00001-of-00003.layout").unlink()
+    result = run("merge", tmp_path / "mixed.rec", *parts)
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"Error: the parts were packed for different layouts (insightface: {parts[0]}, plain: {parts[1]}): merge the parts of one run\n"
+    )
+    assert not (tmp_path / "mixed.rec").exists()
 
 
 def test_pack_insightface_with_dask_defaults(face, tmp_path):

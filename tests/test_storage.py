@@ -240,6 +240,12 @@ def test_pack_insightface_layout_to_s3(s3, data_dir, tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     for name in ("train.rec", "train.idx", "property"):
         assert s3_bytes(f"data/faceset/{name}") == (face / name).read_bytes(), name
+    for i in range(2):  # parts carry their layout to the store
+        result = run("pack", face / "train.lst", face, "s3://data/faceparts/train.rec", "--layout", "insightface", "--pass-through", "--num-parts", 2, "--part-index", i, "-q")
+        assert result.exit_code == 0, result.output
+        assert s3_bytes(f"data/faceparts/train-0000{i}-of-00002.layout") == b"insightface\n"
+    result = run("merge", "s3://data/faceparts/train.rec", "s3://data/faceparts/train-0000?-of-00002.rec")
+    assert result.exit_code == 2 and "Error: the insightface layout merges local parts only (for now): copy the parts here, merge, then upload" in result.stderr
 
 
 def test_a_failed_upload_leaves_nothing_under_the_key(s3):
