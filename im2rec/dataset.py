@@ -129,7 +129,7 @@ class RecordDataset:
         for path in self.paths:
             idx = idx_path_of(path)
             for p in (path, idx):
-                if not (storage.exists(p, storage_options) if storage.is_url(p) else os.path.exists(p)):
+                if not storage.there(p, storage_options):
                     raise Im2recError(f"{storage.missing(p)} (a .rec needs its .idx beside it, same stem)")
             self.readers.append(RecordReader(path, idx, storage_options=storage_options))
 

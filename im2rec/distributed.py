@@ -129,7 +129,7 @@ def pack_dask(
                 raise PackError(f"{path} exists: pass --overwrite to replace it")
     if storage.is_url(lst):  # checked here through a copy; the tasks read the URL themselves
         with storage.StagedInput(lst, (), options.storage_options) as copy:
-            lines = check_list(copy.path or lst, options).lines
+            lines = check_list(copy.path, options).lines
     else:
         lines = check_list(lst, options).lines
     if not remote:

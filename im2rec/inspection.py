@@ -48,16 +48,12 @@ class Problem:
         return f"{self.file}: {text}" if self.file else text
 
 
-def _exists(path: str, storage_options: Optional[dict]) -> bool:
-    return storage.exists(path, storage_options) if storage.is_url(path) else os.path.exists(path)
-
-
 def open_rec(rec: str, with_idx: bool = True, storage_options: Optional[dict] = None) -> Tuple[RecordReader, Optional[RecordIndex]]:
     """A reader of ``rec`` (a path or a URL), with its ``.idx`` when there is one and ``with_idx``."""
-    if not _exists(rec, storage_options):
+    if not storage.there(rec, storage_options):
         raise Im2recError(storage.missing(rec))
     idx = idx_path_of(rec)
-    reader = RecordReader(rec, idx if with_idx and _exists(idx, storage_options) else None, storage_options=storage_options)
+    reader = RecordReader(rec, idx if with_idx and storage.there(idx, storage_options) else None, storage_options=storage_options)
     return reader, reader.index
 
 
@@ -233,11 +229,11 @@ def verify_rec(rec: str, decode_images: bool = False, storage_options: Optional[
     dmlc epoch early); no record missing from the ``.idx``; with ``decode_images``,
     every image decodes (insightface header and identity records excepted).
     """
-    if not _exists(rec, storage_options):
+    if not storage.there(rec, storage_options):
         raise Im2recError(storage.missing(rec))
     idx_path = idx_path_of(rec)
     reader = RecordReader(rec, storage_options=storage_options)
-    report = VerifyReport(rec, idx_path if _exists(idx_path, storage_options) else None)
+    report = VerifyReport(rec, idx_path if storage.there(idx_path, storage_options) else None)
     problems = report.problems
     if reader.size % 4:
         problems.append(Problem(None, None, f"the file size ({reader.size} bytes) is not a multiple of 4: dmlc's InputSplit refuses to open it"))
@@ -465,7 +461,7 @@ def rebuild_index(rec: str, idx: Optional[str] = None, keys: str = "id", overwri
 def _check_index_args(idx: str, keys: str, overwrite: bool, storage_options: Optional[dict] = None) -> None:
     if keys not in ("id", "counter"):
         raise ValueError(f"keys must be 'id' or 'counter', got {keys!r}")
-    if _exists(idx, storage_options) and not overwrite:
+    if storage.there(idx, storage_options) and not overwrite:
         raise Im2recError(f"{idx} exists: pass --overwrite to replace it")
 
 

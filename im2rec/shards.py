@@ -79,12 +79,7 @@ def parts_layout(parts: Sequence[str], storage_options: Optional[dict] = None) -
 
 def _layout_of(part: str, storage_options: Optional[dict]) -> str:
     path = layout_path(part)
-    if storage.is_url(path):
-        return storage.read_bytes(path, storage_options).decode().strip() if storage.exists(path, storage_options) else "plain"
-    if not os.path.exists(path):
-        return "plain"
-    with open(path, encoding="ascii") as f:
-        return f.read().strip()
+    return storage.read_any(path, storage_options).decode("ascii").strip() if storage.there(path, storage_options) else "plain"
 
 
 def shard_path(out_rec: str, index: int) -> str:

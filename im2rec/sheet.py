@@ -56,10 +56,9 @@ def find_classes(path: str, storage_options: Optional[dict] = None) -> Optional[
     """The ``PREFIX.classes.tsv`` that ``im2rec list`` wrote for the list or ``.rec`` at ``path``
     (a path or a URL), if there is one."""
     stem = os.path.splitext(path)[0]
-    remote = storage.is_url(path)
     while True:
         candidate = stem + ".classes.tsv"
-        if storage.exists(candidate, storage_options) if remote else os.path.exists(candidate):
+        if storage.there(candidate, storage_options):
             return candidate
         shorter = _DERIVED_SUFFIX.sub("", stem)
         if shorter == stem:
@@ -74,11 +73,7 @@ def read_classes(path: str, storage_options: Optional[dict] = None) -> Dict[floa
         Im2recError: a line is not ``label TAB folder``, naming ``file:line``.
     """
     names: Dict[float, str] = {}
-    if storage.is_url(path):
-        text = storage.read_bytes(path, storage_options).decode("utf-8")
-    else:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+    text = storage.read_any(path, storage_options).decode("utf-8")
     for lineno, line in enumerate(text.splitlines(), 1):
         fields = line.split("\t")
         try:

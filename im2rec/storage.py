@@ -28,6 +28,9 @@ __all__ = [
     "is_url",
     "join",
     "expand",
+    "there",
+    "read_any",
+    "missing",
     "RemoteSource",
     "filesystem",
     "list_files",
@@ -208,6 +211,19 @@ def expand(urls: Iterable[str], storage_options: Optional[Mapping[str, Any]] = N
         scheme = url.split("://", 1)[0]
         found += [f"{scheme}://{m.lstrip('/')}" if scheme != "file" else f"file://{m}" for m in matches]
     return found
+
+
+def there(path: str, storage_options: Optional[Mapping[str, Any]] = None) -> bool:
+    """Whether ``path`` exists: a local path, or a URL's object."""
+    return exists(path, storage_options) if is_url(path) else os.path.exists(path)
+
+
+def read_any(path: str, storage_options: Optional[Mapping[str, Any]] = None) -> bytes:
+    """The bytes of a small file: a local path, or a URL's object."""
+    if is_url(path):
+        return read_bytes(path, storage_options)
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def missing(path: str) -> str:
