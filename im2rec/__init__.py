@@ -38,18 +38,18 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'im2rec' has no attribute {name!r}")
 
 __all__ = [
-    "Im2recError",
     "IRHeader",
+    "Im2recError",
     "MXIndexedRecordIO",
     "MXRecordIO",
     "RecordDataset",
     "RecordReader",
     "RecordWriter",
     "VerificationPairs",
+    "__version__",
     "pack",
     "pack_img",
     "recordio",
     "unpack",
     "unpack_img",
-    "__version__",
 ]

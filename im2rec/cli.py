@@ -10,17 +10,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import logging
-import os
 import signal
 import sys
-from typing import Any, Callable, Optional
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import click
 
-from . import __version__, faces, image, inspection, listing, shards, storage, verification
-from . import packing
-from .errors import Im2recError, TooManyFailures
+from . import __version__, faces, image, inspection, listing, packing, shards, storage, verification
+from .console import warnings_on_stderr
+from .errors import Im2recError, OptionError, TooManyFailures
 
 
 def translate_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -44,22 +43,19 @@ def main() -> None:
     MXNet's `python im2rec.py PREFIX ROOT ...` command line works unchanged as
     `im2rec-py PREFIX ROOT ...`.
     """
-    _log_to_stderr()
+    click.get_current_context().with_resource(warnings_on_stderr())
 
 
-class _StderrHandler(logging.Handler):
-    """Library log records as 'warning: ...' lines on the current stderr."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        click.echo(f"{record.levelname.lower()}: {record.getMessage()}", err=True)
-
-
-def _log_to_stderr() -> None:
-    logger = logging.getLogger("im2rec")
-    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
-        logger.addHandler(_StderrHandler())
-        logger.setLevel(logging.WARNING)
-        logger.propagate = False
+@contextlib.contextmanager
+def _usage_errors() -> Iterator[None]:
+    """Options the library refuses (OptionError) as click's usage errors: exit status 2,
+    ``Invalid value for '--flag'`` when one flag is at fault."""
+    try:
+        yield
+    except OptionError as e:
+        if e.option:
+            raise click.BadParameter(str(e), param_hint=f"'{e.option}'") from None
+        raise click.UsageError(str(e)) from None
 
 
 def plural(n: int, one: str, many: str = "") -> str:
@@ -118,7 +114,7 @@ class _Output(click.ParamType):
 
     name = "PATH"
 
-    def __init__(self, folder: Optional[bool] = False):
+    def __init__(self, folder: bool | None = False):
         self._path = click.Path() if folder is None else click.Path(file_okay=not folder, dir_okay=folder)
 
     def convert(self, value, param, ctx):
@@ -137,7 +133,7 @@ storage_option = click.option(
 )
 
 
-def _options(pairs) -> Optional[dict]:
+def _options(pairs) -> dict | None:
     return storage.merge_options(pairs) or None
 
 
@@ -318,11 +314,13 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
       2  a usage error
       130/143  interrupted by Ctrl-C / SIGTERM (rerun with --resume)
     """
-    if alpha_background is not None and pass_through:
-        raise click.UsageError("--alpha-background composites decoded images: it cannot be combined with --pass-through, which stores the files unchanged")
-    if alpha_background is not None and color == "-1":
-        raise click.UsageError("--alpha-background cannot be combined with --color -1, which keeps the alpha channel: use --color 1 or 0")
-    try:
+    if num_parts > 1 and part_index is None and dask_address is None:
+        raise click.UsageError("--num-parts needs --part-index (one part) or --dask (all parts, then a merge)")
+    if dask_address is not None and part_index is not None:
+        raise click.UsageError("--dask runs every part: leave out --part-index")
+    if dask_address is not None and (stats_path is not None or shard_size is not None):
+        raise click.UsageError("--stats and --shard-size are written by single runs and parts, not yet by --dask")
+    with _usage_errors():
         image_options = image.ImageOptions(
             resize=resize,
             center_crop=center_crop,
@@ -335,36 +333,21 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
             max_pixels=max_pixels,
             alpha_background=alpha_background,
         )
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="'--quality'") from None
-    if part_index is not None and part_index >= num_parts:
-        needs = " (give the number of parts with --num-parts N)" if num_parts == 1 else ""
-        raise click.BadParameter(f"{part_index} is not below --num-parts {num_parts}{needs}", param_hint="'--part-index'")
-    if num_parts > 1 and part_index is None and dask_address is None:
-        raise click.UsageError("--num-parts needs --part-index (one part) or --dask (all parts, then a merge)")
-    if dask_address is not None and part_index is not None:
-        raise click.UsageError("--dask runs every part: leave out --part-index")
-    if shard_size is not None and (part_index is not None or dask_address is not None or resume):
-        raise click.UsageError("--shard-size cannot be combined with --part-index, --dask or --resume")
-    if dask_address is not None and stats_path is not None:
-        raise click.UsageError("--stats is written by single runs and parts, not yet by --dask")
-    if layout == "insightface" and (shard_size is not None or pack_label or (label_width or 1) > 1):
-        raise click.UsageError("--layout insightface has one identity label per image: no --shard-size, --pack-label or --label-width N")
-    options = packing.PackOptions(
-        image=image_options,
-        pack_label=pack_label,
-        label_width=label_width,
-        workers=workers or packing.default_workers(),
-        overwrite=overwrite,
-        resume=resume,
-        max_errors=max_errors,
-        num_parts=num_parts,
-        part_index=part_index,
-        shard_size=shard_size,
-        allow_outside_root=allow_outside_root,
-        layout=layout,
-        storage_options=_options(storage_options),
-    )
+        options = packing.PackOptions(
+            image=image_options,
+            pack_label=pack_label,
+            label_width=label_width,
+            workers=workers or packing.default_workers(),
+            overwrite=overwrite,
+            resume=resume,
+            max_errors=max_errors,
+            num_parts=num_parts,
+            part_index=part_index,
+            shard_size=shard_size,
+            allow_outside_root=allow_outside_root,
+            layout=layout,
+            storage_options=_options(storage_options),
+        )
     if dask_address is not None:
         _pack_with_dask(lst, root, out, options, dask_address, num_parts if num_parts > 1 else None, not no_merge, strict, quiet)
         return
@@ -453,29 +436,15 @@ def merge_command(out, parts, layout, overwrite, quiet, storage_options):
       im2rec merge faces/train.rec faces/train-*-of-00004.rec      # parts of a --layout insightface pack
       im2rec merge s3://b/out/train.rec s3://b/out/train-0000{0,1,2,3}-of-00004.rec   # joined by S3 itself
     """
-    if storage.is_url(out) or any(storage.is_url(p) for p in parts):
-        if not (storage.is_url(out) and all(storage.is_url(p) for p in parts)):
-            raise click.UsageError("merging in an object store needs the output and every part as URLs of it (or all of them local)")
-        parts = tuple(storage.expand(parts, _options(storage_options)))
-        if (layout or shards.parts_layout(parts, _options(storage_options))) == "insightface":
-            raise click.UsageError("the insightface layout merges local parts only (for now): copy the parts here, merge, then upload")
-        result = shards.merge_parts_remote(out, parts, overwrite=overwrite, storage_options=_options(storage_options))
-        if not quiet:
-            how = "joined by the store" if result.server_side else "streamed"
-            click.echo(f"merged {len(result.parts)} parts into {out} ({how}): {result.records:,} records, {result.bytes / 1e6:,.1f} MB")
-        return
-    if (layout or shards.parts_layout(parts)) == "insightface":
-        for path in faces.insightface_outputs(out):
-            if os.path.exists(path) and not overwrite:
-                raise click.ClickException(f"{path} exists: pass --overwrite to replace it")
-        result = shards.merge_parts(packing.images_path(out), parts, overwrite=True)
-        laid = packing.lay_out_insightface(packing.images_path(out), out)
-        if not quiet:
-            click.echo(f"merged {len(result.parts)} parts into {out}: {laid.images:,} images of {laid.identities:,} identities (insightface layout), {laid.bytes / 1e6:,.1f} MB")
-        return
-    result = shards.merge_parts(out, parts, overwrite=overwrite)
+    with _usage_errors():
+        result = shards.merge(out, parts, layout, overwrite=overwrite, storage_options=_options(storage_options))
     if not quiet:
-        click.echo(f"merged {len(result.parts)} parts into {out}: {result.records:,} records, {result.bytes / 1e6:,.1f} MB")
+        how = (" (joined by the store)" if result.server_side else " (streamed)") if storage.is_url(out) else ""
+        if result.identities is not None:
+            what = f"{result.records:,} images of {result.identities:,} identities (insightface layout)"
+        else:
+            what = f"{result.records:,} records"
+        click.echo(f"merged {len(result.parts)} parts into {out}{how}: {what}, {result.bytes / 1e6:,.1f} MB")
 
 
 @main.command("convert")

@@ -14,19 +14,17 @@ follow) are detected: the dataset then yields only the images, and
 from __future__ import annotations
 
 import os
-import struct
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from collections.abc import Callable, Sequence
+from typing import Any, Union
 
 import numpy as np
 
 from . import storage
-from .errors import Im2recError, RecordIOError
-from .image import _cv2
-from .recordio import IRHEADER_SIZE, RecordReader, unpack
+from .errors import Im2recError
+from .image import opencv
+from .recordio import IRHEADER_SIZE, IRHEADER_STRUCT, RecordReader, idx_path_of, insightface_header, unpack
 
-__all__ = ["RecordDataset", "MODES", "idx_path_of", "insightface_header"]
-
-_HEADER = struct.Struct("<IfQQ")
+__all__ = ["MODES", "RecordDataset", "idx_path_of", "insightface_header"]
 
 #: How ``ds[i]`` returns the image.
 MODES = ("rgb", "bgr", "gray", "unchanged", "raw")
@@ -36,32 +34,7 @@ _COLOR_BGR2RGB = 4  # cv2.COLOR_BGR2RGB
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def idx_path_of(rec: PathLike) -> str:
-    """The ``.idx`` of a ``.rec``: same folder, same stem (as Gluon's RecordFileDataset)."""
-    return os.path.splitext(os.fspath(rec))[0] + ".idx"
-
-
-def insightface_header(reader: RecordReader) -> Optional[Tuple[int, int]]:
-    """``(first identity key, end)`` if record 0 is an insightface header (flag > 0), else None."""
-    index = reader.index
-    if index is None or 0 not in index:
-        return None
-    try:
-        head = reader.head_at(index.offset(0), IRHEADER_SIZE + 8)
-    except RecordIOError:  # a damaged record 0 is no header; readers report it where they read it
-        return None
-    if len(head) < IRHEADER_SIZE + 8:
-        return None
-    flag = _HEADER.unpack_from(head)[0]
-    if flag < 2:
-        return None
-    first, end = struct.unpack_from("<ff", head, IRHEADER_SIZE)
-    if not (1 <= first <= end) or first != int(first) or end != int(end):
-        return None
-    return int(first), int(end)
-
-
-def _shard_paths(path_or_paths: Union[PathLike, Sequence[PathLike]]) -> List[str]:
+def _shard_paths(path_or_paths: PathLike | Sequence[PathLike]) -> list[str]:
     if isinstance(path_or_paths, (str, os.PathLike)):
         path = os.fspath(path_or_paths)
         if path.endswith(".json"):  # a shard manifest written by pack --shard-size
@@ -107,15 +80,15 @@ class RecordDataset:
 
     def __init__(
         self,
-        path_or_paths: Union[PathLike, Sequence[PathLike]],
+        path_or_paths: PathLike | Sequence[PathLike],
         *,
         mode: str = "rgb",
-        transform: Optional[Callable[[Any], Any]] = None,
-        target_transform: Optional[Callable[[Any], Any]] = None,
+        transform: Callable[[Any], Any] | None = None,
+        target_transform: Callable[[Any], Any] | None = None,
         num_parts: int = 1,
         part_index: int = 0,
-        insightface: Union[bool, str] = "auto",
-        storage_options: Optional[dict] = None,
+        insightface: bool | str = "auto",
+        storage_options: dict | None = None,
     ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -125,7 +98,7 @@ class RecordDataset:
         self.paths = _shard_paths(path_or_paths)
         if not self.paths:
             raise Im2recError("RecordDataset needs at least one .rec file")
-        self.readers: List[RecordReader] = []
+        self.readers: list[RecordReader] = []
         for path in self.paths:
             idx = idx_path_of(path)
             for p in (path, idx):
@@ -133,7 +106,7 @@ class RecordDataset:
                     raise Im2recError(f"{storage.missing(p)} (a .rec needs its .idx beside it, same stem)")
             self.readers.append(RecordReader(path, idx, storage_options=storage_options))
 
-        self.insightface: Optional[Tuple[int, int]] = None
+        self.insightface: tuple[int, int] | None = None
         if insightface is not False and len(self.readers) == 1:
             self.insightface = insightface_header(self.readers[0])
         if insightface is True and self.insightface is None:
@@ -141,14 +114,14 @@ class RecordDataset:
 
         shards, offsets = [], []
         if self.insightface is not None:
-            index = self.readers[0].index
+            index = self.readers[0].require_index()
             first = self.insightface[0]
             keys = np.arange(1, first)
             offsets.append(np.fromiter((index.offset(int(k)) for k in keys), dtype=np.int64, count=keys.size))
             shards.append(np.zeros(keys.size, dtype=np.int32))
         else:
             for n, reader in enumerate(self.readers):
-                offs = np.sort(reader.index.offsets, kind="stable")
+                offs = np.sort(reader.require_index().offsets, kind="stable")
                 offsets.append(offs)
                 shards.append(np.full(offs.size, n, dtype=np.int32))
         self._offsets = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
@@ -156,19 +129,19 @@ class RecordDataset:
         total = self._offsets.size
         lo, hi = total * part_index // num_parts, total * (part_index + 1) // num_parts
         self._offsets, self._shards = self._offsets[lo:hi], self._shards[lo:hi]
-        self._identities: Optional[np.ndarray] = None
+        self._identities: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self._offsets.size)
 
-    def header(self, i: int) -> Tuple[Any, ...]:
+    def header(self, i: int) -> tuple[Any, ...]:
         """The IRHeader of item ``i`` (label included), without decoding its image."""
         reader = self.readers[int(self._shards[i])]
         head = reader.head_at(int(self._offsets[i]), IRHEADER_SIZE)
-        flag = _HEADER.unpack_from(head)[0] if len(head) >= IRHEADER_SIZE else 0
+        flag = IRHEADER_STRUCT.unpack_from(head)[0] if len(head) >= IRHEADER_SIZE else 0
         return unpack(reader.head_at(int(self._offsets[i]), IRHEADER_SIZE + 4 * flag))[0]
 
-    def __getitem__(self, i: int) -> Tuple[Any, Any]:
+    def __getitem__(self, i: int) -> tuple[Any, Any]:
         if i < 0:
             i += len(self)
         if not 0 <= i < len(self):
@@ -178,7 +151,7 @@ class RecordDataset:
         payload = reader.view_at(offset)  # no copy: a view of the map, dropped on return
         if len(payload) < IRHEADER_SIZE:
             raise Im2recError(f"{reader.path}: record at byte {offset} is too short for an IRHeader ({len(payload)} bytes)")
-        flag, label, _, _ = _HEADER.unpack_from(payload)
+        flag, label, _, _ = IRHEADER_STRUCT.unpack_from(payload)
         start = IRHEADER_SIZE + 4 * flag
         if flag:
             if len(payload) < start:
@@ -189,11 +162,11 @@ class RecordDataset:
         else:
             image = None
             if len(payload) > start:
-                image = _cv2().imdecode(np.frombuffer(payload, dtype=np.uint8, offset=start), _IMDECODE_FLAG[self.mode])
+                image = opencv().imdecode(np.frombuffer(payload, dtype=np.uint8, offset=start), _IMDECODE_FLAG[self.mode])
             if image is None:
                 raise Im2recError(f"{reader.path}: the image of the record at byte {offset} cannot be decoded")
             if self.mode == "rgb" and image.ndim == 3:
-                _cv2().cvtColor(image, _COLOR_BGR2RGB, dst=image)
+                opencv().cvtColor(image, _COLOR_BGR2RGB, dst=image)
             elif self.mode == "gray":
                 image = image[:, :, None]
         if self.transform is not None:
@@ -203,7 +176,7 @@ class RecordDataset:
         return image, label
 
     @property
-    def identities(self) -> Optional[np.ndarray]:
+    def identities(self) -> np.ndarray | None:
         """insightface files: an ``(identities, 2)`` int64 array of ``[start, end)`` image-key ranges."""
         if self.insightface is None:
             return None
@@ -212,7 +185,7 @@ class RecordDataset:
             first, end = self.insightface
             ranges = np.zeros((end - first, 2), dtype=np.int64)
             for row, key in enumerate(range(first, end)):
-                header = unpack(reader.head_at(reader.index.offset(key), IRHEADER_SIZE + 8))[0]
+                header = unpack(reader.head_at(reader.require_index().offset(key), IRHEADER_SIZE + 8))[0]
                 ranges[row] = np.asarray(header.label, dtype=np.float64)[:2]
             self._identities = ranges
         return self._identities

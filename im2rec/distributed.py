@@ -4,7 +4,7 @@
 ``packing.pack`` on each as a task of a Dask cluster (each task encodes in its
 own worker process), writes ``OUT-0000I-of-0000N.rec`` parts to the output
 folder, which must be storage that every worker and this process share, and
-merges them into ``OUT.rec`` unless ``merge=False``. The merged file is
+merges them into ``OUT.rec`` (``shards.merge``) unless ``merge_parts=False``. The merged file is
 byte-identical to a local ``pack`` of the whole list.
 
 A failed image is reported as in a local pack (``OUT.failed.tsv``, counts by
@@ -20,17 +20,19 @@ import dataclasses
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Optional
+from typing import Any
 
 from . import storage
 from .errors import Im2recError, PackError
 from .faces import insightface_outputs
-from .fsutil import remove_quietly
-from .packing import Outputs, PackOptions, PackSummary, check_list, images_path, lay_out_insightface, make_output_folder, pack
-from .shards import layout_path, merge_parts, merge_parts_remote, part_path
+from .fsutil import make_parents, remove_quietly
+from .outputs import Outputs, refuse_existing
+from .packing import PackOptions, PackSummary, check_list, pack
+from .shards import layout_path, merge, part_path
 
-__all__ = ["pack_dask", "DaskSummary", "pack_part"]
+__all__ = ["DaskSummary", "pack_dask", "pack_part"]
 
 
 def pack_part(lst: str, root: str, out_rec: str, options: PackOptions, part_index: int) -> PackSummary:
@@ -45,12 +47,12 @@ class DaskSummary:
 
     rec: str
     num_parts: int
-    parts: Dict[int, PackSummary] = field(default_factory=dict)
-    failed_parts: Dict[int, str] = field(default_factory=dict)  # part -> error
+    parts: dict[int, PackSummary] = field(default_factory=dict)
+    failed_parts: dict[int, str] = field(default_factory=dict)  # part -> error
     merged: bool = False
     seconds: float = 0.0
     workers: int = 0
-    identities: Optional[int] = None  # insightface layout: identity records written
+    identities: int | None = None  # insightface layout: identity records written
 
     @property
     def packed(self) -> int:
@@ -93,12 +95,12 @@ def rerun_command(lst: str, root: str, out_rec: str, part_index: int, num_parts:
 def pack_dask(
     lst: str,
     root: str,
-    out_rec: Optional[str],
+    out_rec: str | None,
     options: PackOptions,
     address: str = "local",
-    num_parts: Optional[int] = None,
-    merge: bool = True,
-    on_part: Optional[Callable[[int, Optional[PackSummary], Optional[str]], None]] = None,
+    num_parts: int | None = None,
+    merge_parts: bool = True,
+    on_part: Callable[[int, PackSummary | None, str | None], None] | None = None,
 ) -> DaskSummary:
     """Pack a list as parts on a Dask cluster, then merge them.
 
@@ -109,7 +111,8 @@ def pack_dask(
             to start a ``LocalCluster`` on this machine.
         num_parts: how many parts (tasks); default: 4 per Dask worker, at most one per
             100 images.
-        merge: merge the parts into ``out_rec`` (and delete them) when all succeeded.
+        merge_parts: merge the parts into ``out_rec`` (``shards.merge``, as ``im2rec merge``) and
+            delete them, when all succeeded.
         on_part: called as each part ends, with its index and summary, or its error.
 
     Raises:
@@ -122,18 +125,19 @@ def pack_dask(
     remote = storage.is_url(out_rec)
     if remote and options.layout == "insightface":
         raise PackError("--dask --layout insightface with a URL output is not supported yet: write it locally, then upload")
-    if not options.overwrite and not options.resume:
+    if not options.resume:
         finals = dict.fromkeys([*Outputs.for_rec(out_rec).finals, *(insightface_outputs(out_rec) if options.layout == "insightface" else [])])
-        for path in finals:
-            if storage.exists(path, options.storage_options) if remote else os.path.exists(path):
-                raise PackError(f"{path} exists: pass --overwrite to replace it")
+        refuse_existing(finals, options.overwrite, lambda path: storage.there(path, options.storage_options))
     if storage.is_url(lst):  # checked here through a copy; the tasks read the URL themselves
         with storage.StagedInput(lst, (), options.storage_options) as copy:
             lines = check_list(copy.path, options).lines
     else:
         lines = check_list(lst, options).lines
     if not remote:
-        make_output_folder(out_rec)
+        try:
+            make_parents(out_rec)
+        except OSError as e:
+            raise PackError(f"cannot create the output folder {e.filename}: {e.strerror}") from None
 
     def absolute(path: str) -> str:
         return path if storage.is_url(path) else os.path.abspath(path)
@@ -168,18 +172,17 @@ def pack_dask(
     if summary.failed_parts:
         lines_ = [f"part {i}: {err}; rerun it alone with: {rerun_command(lst, root, out_rec, i, n)}" for i, err in sorted(summary.failed_parts.items())]
         raise PackError(f"{len(summary.failed_parts)} of {n} parts failed; the others are kept\n" + "\n".join(lines_))
-    if merge:
+    if merge_parts:
         parts = [part_path(out_rec, i, n) for i in range(n)]
-        if remote:  # joined in the store (S3: server-side copies), then the parts deleted
-            merge_parts_remote(out_rec, parts, overwrite=True, storage_options=options.storage_options)
-            storage.remove([path for p in parts for path in (*Outputs.for_rec(p).finals, layout_path(p))], options.storage_options)
-        elif options.layout == "insightface":  # parts hold the images plain; the whole is laid out once merged
-            merge_parts(images_path(out_rec), parts, overwrite=True)
-            summary.identities = lay_out_insightface(images_path(out_rec), out_rec).identities
+        # The outputs were checked before the run (S3: joined by server-side copies). Parts of
+        # an insightface pack hold the images plain: merge lays the whole out.
+        merged = merge(out_rec, parts, options.layout, overwrite=options.overwrite or remote or options.layout == "insightface", storage_options=options.storage_options)
+        summary.identities = merged.identities
+        leftovers = [path for p in parts for path in (*Outputs.for_rec(p).finals, layout_path(p))]
+        if remote:
+            storage.remove(leftovers, options.storage_options)
         else:
-            merge_parts(out_rec, parts, overwrite=options.overwrite)
-        for p in parts if not remote else []:
-            for path in (*Outputs.for_rec(p).finals, layout_path(p)):
+            for path in leftovers:
                 remove_quietly(path)
         summary.merged = True
     summary.seconds = time.perf_counter() - started

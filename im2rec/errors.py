@@ -1,5 +1,8 @@
 """Every failure a user can see, as one exception class each, all under Im2recError.
 
+Each class is declared here, whichever module raises it (``StorageError`` for the
+object stores, ``OutputExistsError`` for every command's outputs).
+
 Messages name the file and the byte offset (for ``.rec``) or the line (for
 ``.idx`` and ``.lst``), so that a user can find the bad spot without a debugger.
 The CLI turns any Im2recError into ``Error: <message>`` and exit status 1.
@@ -8,20 +11,23 @@ The CLI turns any Im2recError into ``Error: <message>`` and exit status 1.
 from __future__ import annotations
 
 __all__ = [
-    "Im2recError",
-    "RecordIOError",
-    "TruncatedRecordError",
-    "BadMagicError",
     "BadFlagError",
-    "RecordTooLargeError",
+    "BadMagicError",
+    "HeaderError",
+    "Im2recError",
+    "ImageError",
     "IndexFormatError",
     "IndexOffsetError",
-    "HeaderError",
     "ListFormatError",
     "ListingError",
-    "ImageError",
+    "OptionError",
+    "OutputExistsError",
     "PackError",
+    "RecordIOError",
+    "RecordTooLargeError",
+    "StorageError",
     "TooManyFailures",
+    "TruncatedRecordError",
     "WorkerError",
 ]
 
@@ -30,13 +36,25 @@ class Im2recError(Exception):
     """Base class of every error im2rec raises on bad input or a failed operation."""
 
 
+class OptionError(ValueError):
+    """Options out of range or that cannot go together, said in the command line's words.
+
+    ``option`` names the flag at fault (``"--quality"``), or is None for a combination;
+    the CLI makes it a usage error (exit status 2).
+    """
+
+    def __init__(self, message: str, option: str | None = None):
+        super().__init__(message)
+        self.option = option
+
+
 class RecordIOError(Im2recError):
     """A ``.rec`` or ``.idx`` file is not valid RecordIO.
 
     ``offset`` is the byte offset of the bad part in the ``.rec``, when there is one.
     """
 
-    def __init__(self, message: str, offset: "int | None" = None):
+    def __init__(self, message: str, offset: int | None = None):
         super().__init__(message)
         self.offset = offset
 
@@ -85,6 +103,18 @@ class ImageError(Im2recError):
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind
+
+
+class StorageError(Im2recError):
+    """A URL that cannot be read: a missing object or bucket, denied access, a missing driver."""
+
+
+class OutputExistsError(Im2recError):
+    """An output is there already and ``overwrite`` was not given: the message is the same for every command."""
+
+    def __init__(self, path: str):
+        super().__init__(f"{path} exists: pass --overwrite to replace it")
+        self.path = path
 
 
 class PackError(Im2recError):

@@ -18,21 +18,39 @@ view of the input's memory map, with only its 24-byte header new.
 
 from __future__ import annotations
 
+import itertools
+import logging
 import os
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .dataset import idx_path_of, insightface_header
 from .errors import Im2recError, RecordIOError
-from .fsutil import WriteBehind, atomic_open, commit, make_parents, remove_quietly
+from .fsutil import WriteBehind, atomic_open, remove_quietly
 from .image import image_info
-from .recordio import IRHEADER_SIZE, MAGIC, IRHeader, RecordReader, RecordWriter, pack, unpack
+from .outputs import Outputs, RecordFile
+from .recordio import (
+    IRHEADER_SIZE,
+    MAGIC,
+    MAX_RECORD_SIZE,
+    PADDING,
+    RECORD_HEAD,
+    IRHeader,
+    RecordReader,
+    RecordWriter,
+    idx_path_of,
+    insightface_header,
+    pack,
+    read_headers,
+    sibling,
+)
 
-__all__ = ["LAYOUTS", "LayoutResult", "convert", "combine", "insightface_outputs", "summary_line"]
+__all__ = ["LAYOUTS", "LayoutResult", "combine", "convert", "insightface_outputs", "lay_out", "summary_line"]
+
+log = logging.getLogger(__name__)
 
 LAYOUTS = ("plain", "insightface")
 MAX_IDENTITY = 1 << 24  # identity ids and image keys are stored as float32 labels: exact below 2**24
@@ -49,10 +67,10 @@ class LayoutResult:
     images: int = 0
     identities: int = 0  # insightface: identity records written
     num_classes: int = 0  # distinct labels (plain) or max label + 1 (insightface property)
-    property: Optional[str] = None
-    size: Optional[Tuple[int, int]] = None  # (height, width) written to property
+    property: str | None = None
+    size: tuple[int, int] | None = None  # (height, width) written to property
     sizes_seen: int = 0  # how many different image sizes the sample found
-    sources: Optional[str] = None  # combine: the OUT.sources.tsv label map
+    sources: str | None = None  # combine: the OUT.sources.tsv label map
     bytes: int = 0
     seconds: float = 0.0
     input_bytes: int = 0
@@ -96,60 +114,12 @@ class _Images:
         return np.array(offsets, dtype=np.int64)
 
     def _read_headers(self) -> None:
-        """Read every header at once where records are in one part; the rest one by one."""
-        n, reader = len(self.offsets), self.reader
-        self.labels = np.zeros(n, np.float64)
-        self.ids = np.zeros(n, np.uint64)
-        self.id2s = np.zeros(n, np.uint64)
-        self.body_start = np.zeros(n, np.int64)  # payload offset of the image bytes
-        self.length = np.zeros(n, np.int64)
-        self.single = np.zeros(n, bool)
-        if not n:
-            return
-        mm = reader._mm
-        if reader.size < 8:
-            raise Im2recError(f"{self.path}: no record at byte 0")
-        words = np.frombuffer(mm, dtype="<u4", count=reader.size // 4)
         try:
-            w = self.offsets // 4
-            ok = w + 1 < len(words)
-            w_ok = np.where(ok, w, 0)
-            magic, lrec = words[w_ok], words[w_ok + 1]
-            length = (lrec & ((1 << 29) - 1)).astype(np.int64)
-            single = ok & (magic == MAGIC) & ((lrec >> 29) == 0) & (length >= IRHEADER_SIZE)
-            single &= self.offsets + 8 + length <= reader.size
-            head = np.where(single, w, 0)[:, None] + np.arange(2, 8)[None, :]
-            h = words[head]  # flag, label, id lo, id hi, id2 lo, id2 hi
-            flag = h[:, 0].astype(np.int64)
-            single &= length >= IRHEADER_SIZE + 4 * flag
-            label = h[:, 1].view(np.float32).astype(np.float64)
-            has_labels = single & (flag > 0)
-            if has_labels.any():  # label[0], after the header
-                first = words[np.where(has_labels, w + 8, 0)].view(np.float32).astype(np.float64)
-                label = np.where(has_labels, first, label)
-            self.labels[:] = label
-            self.ids[:] = h[:, 2].astype(np.uint64) | (h[:, 3].astype(np.uint64) << np.uint64(32))
-            self.id2s[:] = h[:, 4].astype(np.uint64) | (h[:, 5].astype(np.uint64) << np.uint64(32))
-            self.body_start[:] = IRHEADER_SIZE + 4 * flag
-            self.length[:] = length
-            self.single[:] = single
-            del h, head, magic, lrec
-        finally:
-            del words
-        for i in np.flatnonzero(~self.single).tolist():  # multi-part or damaged: the careful way
-            offset = int(self.offsets[i])
-            try:
-                payload = reader.read_at(offset)[0]
-            except RecordIOError as e:
-                raise Im2recError(str(e)) from None
-            if len(payload) < IRHEADER_SIZE:
-                raise Im2recError(f"{self.path}: the record at byte {offset} is {len(payload)} bytes, too short for an IRHeader")
-            header, _ = unpack(payload)
-            label = header.label
-            self.labels[i] = float(label[0]) if header.flag else float(label)
-            self.ids[i], self.id2s[i] = header.id, header.id2
-            self.body_start[i] = IRHEADER_SIZE + 4 * header.flag
-            self.length[i] = len(payload)
+            headers = read_headers(self.reader, self.offsets)
+        except RecordIOError as e:
+            raise Im2recError(str(e)) from None
+        self.labels, self.ids, self.id2s = headers.label, headers.id, headers.id2
+        self.body_start, self.length, self.single = headers.body, headers.length, headers.single
 
     def key_of(self, i: int) -> str:
         index = self.reader.index
@@ -169,7 +139,7 @@ def _check_identities(labels: np.ndarray, src: _Images, picks: np.ndarray) -> No
         )
 
 
-def _image_size(src: _Images, i: int) -> Optional[Tuple[int, int]]:
+def _image_size(src: _Images, i: int) -> tuple[int, int] | None:
     reader, offset = src.reader, int(src.offsets[i])
     start = int(src.body_start[i])
     try:
@@ -180,39 +150,10 @@ def _image_size(src: _Images, i: int) -> Optional[Tuple[int, int]]:
     return (info[2], info[1]) if info else None
 
 
-class _Output:
-    """The ``.rec``/``.idx`` being written under ``.partial`` names, committed whole."""
-
-    def __init__(self, rec: str, overwrite: bool, extra: Sequence[str] = ()):
-        self.rec, self.idx = rec, os.path.splitext(rec)[0] + ".idx"
-        self.finals = [self.rec, self.idx, *extra]
-        if not overwrite:
-            for path in self.finals:
-                if os.path.exists(path):
-                    raise Im2recError(f"{path} exists: pass --overwrite to replace it")
-        make_parents(rec)
-        self.writer = RecordWriter(self.rec + ".partial", self.idx + ".partial")
-
-    def commit(self) -> int:
-        size = self.writer.tell()
-        self.writer.close()
-        commit(self.rec + ".partial", self.rec)
-        commit(self.idx + ".partial", self.idx)
-        return size
-
-    def abort(self) -> None:
-        self.writer.close()
-        remove_quietly(self.rec + ".partial")
-        remove_quietly(self.idx + ".partial")
-
-
-#: One record's part header and IRHeader, as the fast path writes them in front of the copied image bytes.
-_HEAD = np.dtype([("magic", "<u4"), ("lrec", "<u4"), ("flag", "<u4"), ("label", "<f4"), ("id", "<u8"), ("id2", "<u8")])
 _BATCH = 8 << 20  # bytes assembled before one write
-_PADDING = (b"", b"\0\0\0", b"\0\0", b"\0")
 
 
-def _write_images(writer: RecordWriter, sources: List[_Images], src_of: np.ndarray, pos: np.ndarray, labels: np.ndarray, keys: np.ndarray, ids: np.ndarray, id2s: np.ndarray) -> None:
+def _write_images(writer: RecordWriter, sources: list[_Images], src_of: np.ndarray, pos: np.ndarray, labels: np.ndarray, keys: np.ndarray, ids: np.ndarray, id2s: np.ndarray) -> None:
     """Write image ``pos[j]`` of ``sources[src_of[j]]`` as key ``keys[j]`` with a new 24-byte IRHeader.
 
     A record that was in one part stays in one part: its image bytes keep their
@@ -236,11 +177,11 @@ def _write_images(writer: RecordWriter, sources: List[_Images], src_of: np.ndarr
         body_start[mine] = src.offsets[p] + 8 + src.body_start[p]
         body_end[mine] = src.offsets[p] + 8 + src.length[p]
         single[mine] = src.single[p]
-    heads = np.zeros(n, _HEAD)
+    heads = np.zeros(n, RECORD_HEAD)
     payload = IRHEADER_SIZE + body_end - body_start
     heads["magic"], heads["lrec"], heads["label"], heads["id"], heads["id2"] = MAGIC, payload, labels, ids, id2s
     head_words = heads.view("<u4").reshape(n, 8)
-    fast = single & ~(head_words[:, 2:] == MAGIC).any(axis=1) & (payload < 1 << 29)
+    fast = single & ~(head_words[:, 2:] == MAGIC).any(axis=1) & (payload <= MAX_RECORD_SIZE)
     sizes = 8 + ((payload + 3) & ~3)
     # Runs of records that lie back to back in one input with a 24-byte header there: copied as spans.
     same_shape = fast & (body_start - rec_off == 8 + IRHEADER_SIZE)
@@ -250,7 +191,7 @@ def _write_images(writer: RecordWriter, sources: List[_Images], src_of: np.ndarr
     run_starts = np.flatnonzero(~joined).tolist() + [n]
 
     head_view = memoryview(heads.tobytes())
-    views = [memoryview(s.reader._mm) if s.reader.size else memoryview(b"") for s in sources]
+    views = [s.reader.buffer() for s in sources]
     write_behind = WriteBehind(writer.file)
     pieces: list = []
     batch_keys: list = []
@@ -275,7 +216,7 @@ def _write_images(writer: RecordWriter, sources: List[_Images], src_of: np.ndarr
         write_behind(writer.tell())
 
     try:
-        for r0, r1 in zip(run_starts[:-1], run_starts[1:]):
+        for r0, r1 in itertools.pairwise(run_starts):
             if r1 - r0 >= 8:  # a span: cut at about _BATCH bytes
                 flush()
                 ends = np.cumsum(sizes[r0:r1])
@@ -298,7 +239,7 @@ def _write_images(writer: RecordWriter, sources: List[_Images], src_of: np.ndarr
                 a, b = int(body_start[j]), int(body_end[j])
                 pieces += (head_view[32 * j : 32 * j + 32], views[s][a:b])
                 if (b - a) & 3:
-                    pieces.append(_PADDING[(b - a) & 3])
+                    pieces.append(PADDING[(b - a) & 3])
                 batch_keys.append(key)
                 starts.append(filled)
                 filled += int(sizes[j])
@@ -312,10 +253,10 @@ def _write_images(writer: RecordWriter, sources: List[_Images], src_of: np.ndarr
 
 
 def _write(
-    out: _Output,
-    sources: List[_Images],
-    picks: List[Tuple[int, np.ndarray]],  # (source, image positions) in output order
-    labels: List[np.ndarray],  # the new label of each pick
+    out: RecordFile,
+    sources: list[_Images],
+    picks: list[tuple[int, np.ndarray]],  # (source, image positions) in output order
+    labels: list[np.ndarray],  # the new label of each pick
     layout: str,
     result: LayoutResult,
 ) -> None:
@@ -360,19 +301,20 @@ def _write(
     result.size = sizes.most_common(1)[0][0] if sizes else None
 
 
-def _finish(out: _Output, result: LayoutResult, started: float) -> LayoutResult:
-    result.bytes = out.commit()
+def _finish(out: RecordFile, result: LayoutResult, started: float) -> LayoutResult:
+    result.bytes = out.tell()
+    out.commit()
     if result.layout == "insightface":
         h, w = result.size or (0, 0)
-        result.property = os.path.join(os.path.dirname(os.path.abspath(out.rec)), "property")
+        result.property = sibling(out.rec, "property")
         with atomic_open(result.property, "w", encoding="ascii", newline="\n") as f:
             f.write(f"{result.num_classes},{h},{w}\n")
     result.seconds = time.perf_counter() - started
     return result
 
 
-def _extra_outputs(rec: str, layout: str) -> List[str]:
-    return [os.path.join(os.path.dirname(os.path.abspath(rec)), "property")] if layout == "insightface" else []
+def _extra_outputs(rec: str, layout: str) -> list[str]:
+    return [sibling(rec, "property")] if layout == "insightface" else []
 
 
 def convert(inp: str, out_rec: str, layout: str, shuffle: bool = False, seed: int = 0, overwrite: bool = False) -> LayoutResult:
@@ -411,8 +353,8 @@ def convert(inp: str, out_rec: str, layout: str, shuffle: bool = False, seed: in
         labels = src.labels[positions]
         if layout == "insightface":
             _check_identities(labels, src, positions)
-        result = LayoutResult(out_rec, os.path.splitext(out_rec)[0] + ".idx", layout, input_bytes=src.reader.size)
-        out = _Output(out_rec, overwrite, _extra_outputs(out_rec, layout))
+        result = LayoutResult(out_rec, idx_path_of(out_rec), layout, input_bytes=src.reader.size)
+        out = RecordFile(out_rec, overwrite, _extra_outputs(out_rec, layout))
         try:
             _write(out, [src], [(0, positions)], [labels], layout, result)
         except BaseException:
@@ -427,9 +369,9 @@ def combine(
     out_rec: str,
     inputs: Sequence[str],
     labels: str = "offset",
-    layout: Optional[str] = None,
+    layout: str | None = None,
     overwrite: bool = False,
-    names: Optional[Sequence[str]] = None,
+    names: Sequence[str] | None = None,
 ) -> LayoutResult:
     """One dataset from several: images of every input, in input order, keys renumbered.
 
@@ -453,7 +395,7 @@ def combine(
     if not inputs:
         raise Im2recError("combine needs at least one input")
     started = time.perf_counter()
-    sources: List[_Images] = []
+    sources: list[_Images] = []
     try:
         for path in inputs:
             if os.path.abspath(path) == os.path.abspath(out_rec):
@@ -480,9 +422,9 @@ def combine(
             mapping += [(name, float(a), float(a) + (offset if labels == "offset" else 0.0)) for a in uniq.tolist()]
             if labels == "offset" and len(old):
                 offset += float(np.floor(old.max())) + 1.0
-        result = LayoutResult(out_rec, os.path.splitext(out_rec)[0] + ".idx", layout, input_bytes=sum(s.reader.size for s in sources))
-        result.sources = os.path.splitext(out_rec)[0] + ".sources.tsv"
-        out = _Output(out_rec, overwrite, [result.sources, *_extra_outputs(out_rec, layout)])
+        result = LayoutResult(out_rec, idx_path_of(out_rec), layout, input_bytes=sum(s.reader.size for s in sources))
+        result.sources = sibling(out_rec, "sources")
+        out = RecordFile(out_rec, overwrite, [result.sources, *_extra_outputs(out_rec, layout)])
         try:
             _write(out, sources, picks, new_labels, layout, result)
             with atomic_open(result.sources, "w", encoding="utf-8", newline="\n") as f:
@@ -501,9 +443,28 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
 
 
-def insightface_outputs(rec: str) -> List[str]:
+def lay_out(images_rec: str, out_rec: str) -> LayoutResult:
+    """Finish a ``pack --layout insightface`` (or the merge of its parts): turn ``images_rec``
+    (the images, plain, in list order) into ``out_rec`` in insightface's layout, move its
+    failure list to ``OUT.failed.tsv``, and remove it. With no image, only the failure
+    list is moved."""
+    images, failed = Outputs.for_rec(images_rec), Outputs.for_rec(out_rec).failed
+    laid = LayoutResult(out_rec, idx_path_of(out_rec), "insightface")
+    if os.path.getsize(images.rec):
+        laid = convert(images_rec, out_rec, "insightface", overwrite=True)
+        if laid.sizes_seen > 1:
+            h, w = laid.size or (0, 0)
+            log.warning("%s: the images have %d different sizes; property says the most common, %dx%d", out_rec, laid.sizes_seen, h, w)
+    if os.path.exists(images.failed):
+        os.replace(images.failed, failed)
+    remove_quietly(images.rec)
+    remove_quietly(images.idx)
+    return laid
+
+
+def insightface_outputs(rec: str) -> list[str]:
     """The files an insightface-layout output ``rec`` consists of."""
-    return [rec, os.path.splitext(rec)[0] + ".idx", *_extra_outputs(rec, "insightface")]
+    return [rec, idx_path_of(rec), *_extra_outputs(rec, "insightface")]
 
 
 def summary_line(result: LayoutResult) -> str:

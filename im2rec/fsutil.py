@@ -7,8 +7,9 @@ import ctypes
 import os
 import re
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator, Optional, Union
+from typing import IO, Any, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 _URL_LIKE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]+:/")  # s3://b/k, and s3:/b/k once a path library has eaten a slash
@@ -27,7 +28,7 @@ def commit(tmp: PathLike, final: PathLike) -> None:
     os.replace(tmp, final)
 
 
-def _sync_file_range() -> Optional[Callable[..., int]]:
+def _sync_file_range() -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -36,7 +37,7 @@ def _sync_file_range() -> Optional[Callable[..., int]]:
         return None
     fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
     fn.restype = ctypes.c_int
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 _SYNC_FILE_RANGE = _sync_file_range()

@@ -31,34 +31,35 @@ from __future__ import annotations
 
 import random
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, NamedTuple, Optional, Tuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from .errors import ImageError
+from .errors import ImageError, OptionError
 
 
-def _cv2():  # type: ignore[no-untyped-def]
+def opencv() -> Any:
     """OpenCV, imported on first use: listing and --pass-through never need it (0.1 s, 30 MB)."""
     import cv2
 
     return cv2
 
 __all__ = [
-    "ImageOptions",
     "INTER_METHODS",
     "Decoded",
+    "ImageOptions",
     "Transformed",
+    "check_passthrough",
+    "composite",
+    "decode_image",
+    "format_color",
     "image_info",
+    "parse_color",
+    "parse_inter_method",
     "transform",
     "transform_image",
-    "decode_image",
-    "composite",
-    "check_passthrough",
-    "parse_inter_method",
-    "parse_color",
-    "format_color",
 ]
 
 #: im2rec.cc's inter_method codes; 0-4 are OpenCV's own INTER_* values.
@@ -88,7 +89,7 @@ _REDUCED = {  # (color flag, factor) -> the cv2.IMREAD_REDUCED_* imdecode flag
 
 def init_worker() -> None:
     """Per-process setup for pack workers: one OpenCV thread each (the pool is the parallelism)."""
-    cv2 = _cv2()
+    cv2 = opencv()
     cv2.setNumThreads(1)
     if hasattr(cv2, "utils") and hasattr(cv2.utils, "logging"):
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
@@ -108,7 +109,7 @@ def parse_inter_method(value: str) -> int:
 #: The colours ``parse_color`` knows by name, as (R, G, B).
 NAMED_COLORS = {"white": (255, 255, 255), "black": (0, 0, 0)}
 
-RGB = Tuple[int, int, int]
+RGB = tuple[int, int, int]
 
 
 def parse_color(value: str) -> RGB:
@@ -160,14 +161,14 @@ class ImageOptions:
 
     resize: int = 0
     center_crop: bool = False
-    quality: Optional[int] = None
+    quality: int | None = None
     encoding: str = ".jpg"
     color: int = 1
     inter_method: int = 1
     pass_through: bool = False
     reduced_decode: bool = True
     max_pixels: int = DEFAULT_MAX_PIXELS
-    alpha_background: Optional[RGB] = None
+    alpha_background: RGB | None = None
 
     def __post_init__(self) -> None:
         if self.encoding not in ENCODINGS:
@@ -182,20 +183,20 @@ class ImageOptions:
             lo, hi = (1, 100) if self.encoding == ".jpg" else (0, 9)
             if not lo <= self.quality <= hi:
                 kind = "JPEG quality" if self.encoding == ".jpg" else "PNG compression"
-                raise ValueError(f"{kind} must be between {lo} and {hi}, got {self.quality}")
+                raise OptionError(f"{kind} must be between {lo} and {hi}, got {self.quality}", "--quality")
         if self.alpha_background is not None:
             bg = tuple(self.alpha_background)
             if len(bg) != 3 or not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) and 0 <= c <= 255 for c in bg):
                 raise ValueError(f"alpha_background must be (R, G, B) with each 0-255, got {self.alpha_background!r}")
             object.__setattr__(self, "alpha_background", tuple(int(c) for c in bg))  # a list (from JSON) becomes a tuple
             if self.pass_through:
-                raise ValueError("alpha_background needs decoded images: it cannot be combined with pass_through")
+                raise OptionError("--alpha-background composites decoded images: it cannot be combined with --pass-through, which stores the files unchanged")
             if self.color == -1:
-                raise ValueError("alpha_background cannot be combined with color -1, which keeps the alpha channel")
+                raise OptionError("--alpha-background cannot be combined with --color -1, which keeps the alpha channel: use --color 1 or 0")
 
     @property
     def encode_params(self) -> list:
-        cv2 = _cv2()
+        cv2 = opencv()
         if self.encoding == ".jpg":
             return [cv2.IMWRITE_JPEG_QUALITY, 95 if self.quality is None else self.quality]
         return [cv2.IMWRITE_PNG_COMPRESSION, 9 if self.quality is None else self.quality]
@@ -218,7 +219,7 @@ _SIGNATURES = (
 )
 
 
-def image_format(data: bytes) -> Optional[str]:
+def image_format(data: bytes) -> str | None:
     """The image format named by the file's first bytes, or None if none is recognised."""
     for sig, name in _SIGNATURES:
         if data.startswith(sig):
@@ -232,7 +233,7 @@ def image_format(data: bytes) -> Optional[str]:
     return None
 
 
-def _jpeg_info(data: bytes) -> Optional[Tuple[int, int, int]]:
+def _jpeg_info(data: bytes) -> tuple[int, int, int] | None:
     """(width, height, offset of the first SOS marker) from the JPEG marker segments."""
     i, n = 2, len(data)
     size = None
@@ -256,13 +257,13 @@ def _jpeg_info(data: bytes) -> Optional[Tuple[int, int, int]]:
     return None
 
 
-def image_info(data: bytes) -> Optional[Tuple[str, int, int]]:
+def image_info(data: bytes) -> tuple[str, int, int] | None:
     """(format, width, height) read from the header of a JPEG, PNG, GIF, BMP or WebP, else None."""
     info = _header(data)
-    return info[:3] if info else None  # type: ignore[return-value]
+    return info[:3] if info else None
 
 
-def _header(data: bytes) -> Optional[Tuple[str, int, int, int]]:
+def _header(data: bytes) -> tuple[str, int, int, int] | None:
     """(format, width, height, offset of the JPEG scan or 0) from the file's header."""
     fmt = image_format(data)
     try:
@@ -303,7 +304,7 @@ def _describe_start(data: bytes) -> str:
     return f"it starts with bytes {head[:8].hex(' ')}"
 
 
-def _check_header(data: bytes, max_pixels: int) -> Optional[Tuple[str, int, int]]:
+def _check_header(data: bytes, max_pixels: int) -> tuple[str, int, int] | None:
     """Checks common to every mode: empty, known format, complete JPEG, pixel count."""
     if not data:
         raise ImageError("empty", "the file is empty (0 bytes)")
@@ -315,9 +316,8 @@ def _check_header(data: bytes, max_pixels: int) -> Optional[Tuple[str, int, int]
         raise ImageError(
             "too-large", f"{fmt} of {w}x{h} = {w * h:,} pixels is above --max-pixels {max_pixels:,} (a decompression bomb?)"
         )
-    if fmt == "JPEG":
-        if data.rfind(b"\xff\xd9") < sos:
-            raise ImageError("corrupt", f"truncated JPEG: no end-of-image marker after byte {sos} ({len(data):,} bytes)")
+    if fmt == "JPEG" and data.rfind(b"\xff\xd9") < sos:
+        raise ImageError("corrupt", f"truncated JPEG: no end-of-image marker after byte {sos} ({len(data):,} bytes)")
     return fmt, w, h
 
 
@@ -339,7 +339,7 @@ def check_passthrough(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> None
 REDUCE_FROM_RATIO = 3
 
 
-def _reduction(info: Optional[Tuple[str, int, int]], opts: ImageOptions) -> int:
+def _reduction(info: tuple[str, int, int] | None, opts: ImageOptions) -> int:
     """The largest libjpeg scale-down (8, 4, 2) that keeps the shorter edge >= the target."""
     if not (opts.reduced_decode and opts.resize and info and info[0] == "JPEG" and opts.color in (0, 1)):
         return 1
@@ -352,8 +352,8 @@ def _reduction(info: Optional[Tuple[str, int, int]], opts: ImageOptions) -> int:
     return 1
 
 
-def _interpolation(code: int, src: Tuple[int, int], dst: Tuple[int, int], index: int) -> int:
-    cv2 = _cv2()
+def _interpolation(code: int, src: tuple[int, int], dst: tuple[int, int], index: int) -> int:
+    cv2 = opencv()
     if code == 9:  # auto, as im2rec.cc: cubic to enlarge, area to shrink, else linear
         if dst[0] > src[0] and dst[1] > src[1]:
             return cv2.INTER_CUBIC
@@ -400,7 +400,7 @@ def _jpeg_orientation(data: bytes) -> int:
     return 1
 
 
-def _full_size(data: bytes, info: Tuple[str, int, int], factor: int, shape: Tuple[int, ...], color: int) -> Tuple[int, int]:
+def _full_size(data: bytes, info: tuple[str, int, int], factor: int, shape: tuple[int, ...], color: int) -> tuple[int, int]:
     """(height, width) a full-size decode would have given, for an image decoded at 1/``factor``.
 
     libjpeg rounds scaled sizes up, and imdecode applies the EXIF rotation (as a full
@@ -413,9 +413,9 @@ def _full_size(data: bytes, info: Tuple[str, int, int], factor: int, shape: Tupl
     return (height, width) if tuple(shape[:2]) == straight else (width, height)
 
 
-def _decode_with_flag(data: bytes, opts: ImageOptions, info: Optional[Tuple[str, int, int]]) -> Tuple[np.ndarray, Tuple[int, int]]:
+def _decode_with_flag(data: bytes, opts: ImageOptions, info: tuple[str, int, int] | None) -> tuple[np.ndarray, tuple[int, int]]:
     """im2rec.py's decode (``opts.color``, at reduced scale when allowed) and the full-size (height, width)."""
-    cv2 = _cv2()
+    cv2 = opencv()
     factor = _reduction(info, opts)
     flag = _REDUCED[(opts.color, factor)] if factor > 1 else opts.color
     try:
@@ -440,11 +440,11 @@ def _decode_with_flag(data: bytes, opts: ImageOptions, info: Optional[Tuple[str,
 
 class _PngFacts(NamedTuple):
     alpha: bool  # an alpha channel (colour types 4, 6) or a tRNS chunk
-    gray_key: Optional[int]  # a gray PNG's transparent value (tRNS), in the units imdecode returns
+    gray_key: int | None  # a gray PNG's transparent value (tRNS), in the units imdecode returns
     animated: bool  # an APNG (acTL): frames are blended, so both decodes are made
 
 
-def _png_chunks(data: bytes, until_idat: bool) -> Iterator[Tuple[bytes, int, int]]:
+def _png_chunks(data: bytes, until_idat: bool) -> Iterator[tuple[bytes, int, int]]:
     """(type, offset of its data, length) of each chunk of a PNG, up to IEND or the first IDAT."""
     i, n = 8, len(data)
     while i + 8 <= n:
@@ -460,7 +460,7 @@ def _png_chunks(data: bytes, until_idat: bool) -> Iterator[Tuple[bytes, int, int
 def _png_facts(data: bytes) -> _PngFacts:
     """What the chunks before the image data say about transparency (tRNS must come before IDAT)."""
     color_type, depth = data[25], data[24]
-    trns: Optional[bytes] = None
+    trns: bytes | None = None
     animated = False
     for kind, start, length in _png_chunks(data, until_idat=True):
         if kind == b"tRNS":
@@ -500,7 +500,7 @@ def _webp_orientation(data: bytes) -> int:
     return 1
 
 
-def _may_have_alpha(data: bytes, fmt: Optional[str], png: Optional[_PngFacts]) -> bool:
+def _may_have_alpha(data: bytes, fmt: str | None, png: _PngFacts | None) -> bool:
     """Whether the header leaves room for an alpha channel (else the image is not decoded twice)."""
     if fmt in ("JPEG", "PNM", "HDR"):
         return False
@@ -522,7 +522,7 @@ def _opaque(dtype: np.dtype) -> float:
     return float(np.iinfo(dtype).max) if np.issubdtype(dtype, np.integer) else 1.0
 
 
-def _with_alpha(raw: Optional[np.ndarray], png: Optional[_PngFacts]) -> Optional[np.ndarray]:
+def _with_alpha(raw: np.ndarray | None, png: _PngFacts | None) -> np.ndarray | None:
     """``raw`` (an IMREAD_UNCHANGED decode) as BGRA when it has transparency, else None.
 
     A gray PNG with a tRNS value is returned by OpenCV without alpha: it is made from the key.
@@ -583,12 +583,12 @@ class Decoded(NamedTuple):
     """A decoded image, the (height, width) a full-size decode has, and whether it had transparency."""
 
     image: np.ndarray
-    full: Tuple[int, int]
+    full: tuple[int, int]
     transparent: bool = False  # an alpha channel not fully opaque, dropped by color 1/0 or composited
 
 
-def _unchanged(data: bytes) -> Optional[np.ndarray]:
-    cv2 = _cv2()
+def _unchanged(data: bytes) -> np.ndarray | None:
+    cv2 = opencv()
     try:
         return cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
     except cv2.error:
@@ -625,7 +625,7 @@ def decode_image(data: bytes, opts: ImageOptions, detect_transparency: bool = Tr
         rgba = _with_alpha(raw, png)
         if rgba is not None and opts.alpha_background is not None:
             return Decoded(composite(rgba, opts.alpha_background), (raw.shape[0], raw.shape[1]), True)
-        colour = _cv2().cvtColor(raw, _cv2().COLOR_BGRA2BGR)  # alpha dropped; 25x faster than a numpy copy
+        colour = opencv().cvtColor(raw, opencv().COLOR_BGRA2BGR)  # alpha dropped; 25x faster than a numpy copy
         return Decoded(colour, (raw.shape[0], raw.shape[1]), rgba is not None)
     img, full = _decode_with_flag(data, opts, info)  # im2rec.py's pixels, and its errors for a bad file
     rgba = _with_alpha(raw if one_decode else _unchanged(data), png)
@@ -638,11 +638,11 @@ def decode_image(data: bytes, opts: ImageOptions, detect_transparency: bool = Tr
     if out.shape[:2] != img.shape[:2]:
         raise ImageError("error", f"its alpha channel ({rgba.shape[1]}x{rgba.shape[0]}) does not line up with the decoded image ({img.shape[1]}x{img.shape[0]})")
     if opts.color == 0:
-        out = _cv2().cvtColor(out, _cv2().COLOR_BGR2GRAY)
+        out = opencv().cvtColor(out, opencv().COLOR_BGR2GRAY)
     return Decoded(out, full, True)
 
 
-def decode_sized(data: bytes, opts: ImageOptions) -> Tuple[np.ndarray, Tuple[int, int]]:
+def decode_sized(data: bytes, opts: ImageOptions) -> tuple[np.ndarray, tuple[int, int]]:
     """``decode``, and the (height, width) a full-size decode would have had.
 
     ``crop_resize`` takes every size and crop from that full size, so that a reduced
@@ -662,7 +662,7 @@ def decode(data: bytes, opts: ImageOptions) -> np.ndarray:
     return decode_image(data, opts, detect_transparency=False).image
 
 
-def output_size(height: int, width: int, opts: ImageOptions) -> Tuple[int, int]:
+def output_size(height: int, width: int, opts: ImageOptions) -> tuple[int, int]:
     """(width, height) of the stored image for a full-size image of ``height`` x ``width``:
     im2rec.py's centre crop, then its integer resize rule."""
     if opts.center_crop:
@@ -673,7 +673,7 @@ def output_size(height: int, width: int, opts: ImageOptions) -> Tuple[int, int]:
     return (n, height * n // width) if height > width else (width * n // height, n)
 
 
-def crop_resize(img: np.ndarray, opts: ImageOptions, index: int = 0, full: Optional[Tuple[int, int]] = None) -> np.ndarray:
+def crop_resize(img: np.ndarray, opts: ImageOptions, index: int = 0, full: tuple[int, int] | None = None) -> np.ndarray:
     """im2rec.py's centre crop then resize (shorter edge = ``opts.resize``).
 
     Args:
@@ -697,7 +697,7 @@ def crop_resize(img: np.ndarray, opts: ImageOptions, index: int = 0, full: Optio
         h, w = img.shape[:2]
     size = output_size(full_h, full_w, opts)
     if size != (w, h):
-        img = _cv2().resize(img, size, interpolation=_interpolation(opts.inter_method, (w, h), size, index))
+        img = opencv().resize(img, size, interpolation=_interpolation(opts.inter_method, (w, h), size, index))
     return img
 
 
@@ -707,7 +707,7 @@ def encode(img: np.ndarray, opts: ImageOptions) -> bytes:
     Raises:
         ImageError: OpenCV cannot encode the image.
     """
-    cv2 = _cv2()
+    cv2 = opencv()
     if opts.encoding == ".jpg":
         img = _to_8bit(img)  # JPEG holds 8 bits; OpenCV would saturate 16-bit values
     try:

@@ -8,35 +8,46 @@ record head, as dmlc's readers resynchronise.
 from __future__ import annotations
 
 import dataclasses
-import mmap
 import os
 import random
 import statistics
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any
 
 import numpy as np
 
 from . import storage
-from .dataset import idx_path_of, insightface_header
-from .errors import HeaderError, Im2recError, ImageError, RecordIOError
+from .errors import HeaderError, Im2recError, ImageError, OutputExistsError, RecordIOError
 from .fsutil import atomic_open
 from .image import ImageOptions, decode, image_format, image_info
 from .lst import ListEntry, format_label, write_lst
-from .recordio import IRHEADER_SIZE, MAGIC, RecordIndex, RecordReader, read_index, splits_header, unpack
+from .recordio import (
+    IRHEADER_SIZE,
+    MAGIC,
+    RecordIndex,
+    RecordReader,
+    format_index,
+    idx_path_of,
+    insightface_header,
+    read_index,
+    record_splits_header,
+    splits_header,
+    unpack,
+)
 
-__all__ = ["Problem", "inspect_rec", "verify_rec", "extract_rec", "rebuild_index", "combined_index"]
+__all__ = ["Problem", "combined_index", "extract_rec", "inspect_rec", "rebuild_index", "verify_rec"]
 
 
 @dataclass(frozen=True)
 class Problem:
     """Something wrong in a ``.rec``/``.idx``, where it is, and what."""
 
-    offset: Optional[int]
+    offset: int | None
     key: Any
     message: str
-    file: Optional[str] = None  # named when a report covers several files
+    file: str | None = None  # named when a report covers several files
 
     def __str__(self) -> str:
         where = []
@@ -48,7 +59,7 @@ class Problem:
         return f"{self.file}: {text}" if self.file else text
 
 
-def open_rec(rec: str, with_idx: bool = True, storage_options: Optional[dict] = None) -> Tuple[RecordReader, Optional[RecordIndex]]:
+def open_rec(rec: str, with_idx: bool = True, storage_options: dict | None = None) -> tuple[RecordReader, RecordIndex | None]:
     """A reader of ``rec`` (a path or a URL), with its ``.idx`` when there is one and ``with_idx``."""
     if not storage.there(rec, storage_options):
         raise Im2recError(storage.missing(rec))
@@ -57,7 +68,7 @@ def open_rec(rec: str, with_idx: bool = True, storage_options: Optional[dict] = 
     return reader, reader.index
 
 
-def record_entries(reader: RecordReader, problems: List[Problem]) -> Iterator[Tuple[Any, int]]:
+def record_entries(reader: RecordReader, problems: list[Problem]) -> Iterator[tuple[Any, int]]:
     """(key or None, offset) of every record: from the .idx in line order, else a walk of the file."""
     if reader.index is not None:
         yield from zip(reader.index.keys(), reader.index.offsets.tolist())
@@ -75,7 +86,7 @@ def _reason(error: Exception, path: str) -> str:
     return text[len(path) + 2 :] if text.startswith(path + ": ") else text
 
 
-def _read_header(reader: RecordReader, offset: int) -> Tuple[Any, int, List[Tuple[int, int, int]]]:
+def _read_header(reader: RecordReader, offset: int) -> tuple[Any, int, list[tuple[int, int, int]]]:
     """(IRHeader with labels, payload length, parts as ``RecordReader.parts``) of the record at ``offset``."""
     parts = reader.parts(offset)
     length = sum(n for _, _, n in parts) + 4 * (len(parts) - 1)
@@ -88,20 +99,13 @@ def _read_header(reader: RecordReader, offset: int) -> Tuple[Any, int, List[Tupl
     return unpack(head)[0], length, parts
 
 
-def _splits_header(reader: RecordReader, offset: int) -> bool:
-    """Whether the multi-part record at ``offset`` is split inside its header (see ``recordio.splits_header``)."""
-    first = reader.parts(offset)[0][2]
-    head = reader.head_at(offset, 4)
-    return first < 4 or splits_header(first, int.from_bytes(head, "little"))
-
-
 HEADER_SPLIT_WARNING = (
     "the record is split inside its header (a header word or label equals the RecordIO magic 0xCED7230A): "
     "MXNet reads it, DALI's fn.readers.mxnet cannot"
 )
 
 
-def _stats(values: List[int]) -> Dict[str, float]:
+def _stats(values: list[int]) -> dict[str, float]:
     if not values:
         return {}
     return {"min": min(values), "mean": round(statistics.fmean(values), 1), "median": statistics.median(values), "max": max(values)}
@@ -110,7 +114,7 @@ def _stats(values: List[int]) -> Dict[str, float]:
 # --------------------------------------------------------------------------- inspect
 
 
-def inspect_rec(rec: str, sample: int = 200, seed: int = 0, storage_options: Optional[dict] = None) -> Dict[str, Any]:
+def inspect_rec(rec: str, sample: int = 200, seed: int = 0, storage_options: dict | None = None) -> dict[str, Any]:
     """Summarise a ``.rec``: records, labels, payload sizes, image formats and sizes on a sample.
 
     Args:
@@ -122,16 +126,16 @@ def inspect_rec(rec: str, sample: int = 200, seed: int = 0, storage_options: Opt
         A JSON-serialisable dict; ``damaged`` lists the records that could not be read.
     """
     reader, index = open_rec(rec, storage_options=storage_options)
-    problems: List[Problem] = []
+    problems: list[Problem] = []
     entries = list(record_entries(reader, problems))
     face = insightface_header(reader) if index is not None else None
     image_keys = set(range(1, face[0])) if face else None
-    sizes: List[int] = []
+    sizes: list[int] = []
     scalar: Counter = Counter()
     widths: Counter = Counter()
-    images: List[Tuple[Any, int, int]] = []  # (key, offset, flag)
+    images: list[tuple[Any, int, int]] = []  # (key, offset, flag)
     multi_part = 0
-    header_split: List[Problem] = []
+    header_split: list[Problem] = []
     for key, offset in entries:
         if image_keys is not None and key not in image_keys:
             continue
@@ -151,7 +155,7 @@ def inspect_rec(rec: str, sample: int = 200, seed: int = 0, storage_options: Opt
             scalar[header.label] += 1
         images.append((key, offset, header.flag))
     formats: Counter = Counter()
-    dims: List[Tuple[int, int]] = []
+    dims: list[tuple[int, int]] = []
     chosen = random.Random(seed).sample(images, min(sample, len(images)))
     for key, offset, flag in chosen:
         try:
@@ -163,14 +167,14 @@ def inspect_rec(rec: str, sample: int = 200, seed: int = 0, storage_options: Opt
         formats[info[0] if info else (image_format(head) or "unknown")] += 1
         if info:
             dims.append((info[1], info[2]))
-    labels: Dict[str, Any] = {"scalar_records": sum(scalar.values()), "multi_label_records": sum(widths.values())}
+    labels: dict[str, Any] = {"scalar_records": sum(scalar.values()), "multi_label_records": sum(widths.values())}
     if scalar:
         labels["classes"] = len(scalar)
         labels["per_class"] = {label_name(k): v for k, v in sorted(scalar.items())[:1000]}
         labels["per_class_min_max"] = [min(scalar.values()), max(scalar.values())]
     if widths:
         labels["widths"] = {str(k): v for k, v in sorted(widths.items())}
-    report: Dict[str, Any] = {
+    report: dict[str, Any] = {
         "path": rec,
         "idx": index.path if index is not None else None,
         "file_bytes": reader.size,
@@ -208,18 +212,18 @@ class VerifyReport:
     """What ``verify_rec`` found."""
 
     rec: str
-    idx: Optional[str]
+    idx: str | None
     records: int = 0
     decoded: int = 0
     multi_part: int = 0  # records in several parts (an aligned magic in the payload)
-    problems: List[Problem] = field(default_factory=list)
-    warnings: List[Problem] = field(default_factory=list)  # readable by MXNet, not by every consumer
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)  # readable by MXNet, not by every consumer
 
 
 _SCAN_CHUNK = 16 << 20  # bytes of the file compared at once when looking for stray record heads
 
 
-def verify_rec(rec: str, decode_images: bool = False, storage_options: Optional[dict] = None) -> VerifyReport:
+def verify_rec(rec: str, decode_images: bool = False, storage_options: dict | None = None) -> VerifyReport:
     """Check a ``.rec`` and its ``.idx`` the way their strictest consumers will read them.
 
     Checks: the file size is a multiple of 4 (dmlc InputSplit refuses others); every
@@ -238,8 +242,8 @@ def verify_rec(rec: str, decode_images: bool = False, storage_options: Optional[
     if reader.size % 4:
         problems.append(Problem(None, None, f"the file size ({reader.size} bytes) is not a multiple of 4: dmlc's InputSplit refuses to open it"))
 
-    heads: List[int] = []
-    parts: List[int] = []  # every part header, for the stray-head check
+    heads: list[int] = []
+    parts: list[int] = []  # every part header, for the stray-head check
     for offset, length, nxt, error in reader.walk():
         if error is not None:
             problems.append(Problem(offset, None, f"{_reason(error, rec)}; the next record starts at byte {nxt}"))
@@ -250,7 +254,7 @@ def verify_rec(rec: str, decode_images: bool = False, storage_options: Optional[
         else:  # several parts: each header is legitimate
             parts.extend(p for p, _, _ in reader.parts(offset))
             report.multi_part += 1
-            if _splits_header(reader, offset):
+            if record_splits_header(reader, offset):
                 report.warnings.append(Problem(offset, None, HEADER_SPLIT_WARNING))
     report.records = len(heads)
     heads_arr = np.array(heads, dtype=np.int64)
@@ -259,7 +263,7 @@ def verify_rec(rec: str, decode_images: bool = False, storage_options: Optional[
         inside = f"inside the record at byte {heads[i]}" if i >= 0 else "before the first record"
         problems.append(Problem(int(stray), None, f"a record head {inside}: that record's length is probably corrupt"))
 
-    keys_at: Dict[int, Any] = {}
+    keys_at: dict[int, Any] = {}
     if report.idx is not None:
         try:
             index = read_index(report.idx, storage_options=storage_options)
@@ -284,12 +288,12 @@ def verify_rec(rec: str, decode_images: bool = False, storage_options: Optional[
             if face and (key == 0 or (key is not None and key >= face[0])):
                 continue  # insightface header and identity records hold no image
             try:
-                header, body = unpack(reader.read_at(offset)[0])
+                _header, body = unpack(reader.read_at(offset)[0])
                 decode(bytes(body), options)
                 report.decoded += 1
             except (HeaderError, ImageError, RecordIOError) as e:
                 problems.append(Problem(offset, key, f"image not decodable: {_reason(e, rec)}"))
-    def with_keys(found: List[Problem]) -> List[Problem]:
+    def with_keys(found: list[Problem]) -> list[Problem]:
         return [dataclasses.replace(p, key=keys_at[p.offset]) if p.key is None and p.offset in keys_at else p for p in found]
 
     report.problems, report.warnings = with_keys(problems), with_keys(report.warnings)
@@ -299,30 +303,26 @@ def verify_rec(rec: str, decode_images: bool = False, storage_options: Optional[
 
 def _stray_heads(reader: RecordReader, parts: np.ndarray) -> Iterator[int]:
     """4-aligned magic words followed by a valid lrec that are not part headers."""
-    mm, size = reader._mm, reader.size
+    source, size = reader.source, reader.size
     words_total = size // 4
     step = _SCAN_CHUNK // 4
-    buffered = isinstance(mm, (bytes, mmap.mmap))  # a remote source is read chunk by chunk
     for first in range(0, words_total, step):
         count = min(step, words_total - first)
-        if buffered:
-            words = np.frombuffer(mm, dtype="<u4", count=count, offset=first * 4)
-        else:
-            words = np.frombuffer(mm[first * 4 : (first + count) * 4], dtype="<u4")
+        words = reader.words(first, count)
         found = (np.flatnonzero(words == MAGIC) + first) * 4
         del words
         if found.size:
             for pos in np.setdiff1d(found, parts, assume_unique=True).tolist():
-                if pos + 8 <= size and (int.from_bytes(mm[pos + 4 : pos + 8], "little") >> 29) in (0, 1):
+                if pos + 8 <= size and (int.from_bytes(source[pos + 4 : pos + 8], "little") >> 29) in (0, 1):
                     yield pos
 
 
-def _check_index(index: RecordIndex, heads: np.ndarray, problems: List[Problem]) -> Dict[int, Any]:
+def _check_index(index: RecordIndex, heads: np.ndarray, problems: list[Problem]) -> dict[int, Any]:
     keys = index.keys()
     offsets = index.offsets.tolist()
     heads_set = set(heads.tolist())
-    first_key_line: Dict[Any, int] = {}
-    first_offset_line: Dict[int, int] = {}
+    first_key_line: dict[Any, int] = {}
+    first_offset_line: dict[int, int] = {}
     for entry, (key, offset) in enumerate(zip(keys, offsets)):
         line = index.line_of(entry)
         where = f"{index.path}:{line}"
@@ -353,7 +353,7 @@ class ExtractResult:
 
     lst: str
     images: int = 0
-    problems: List[Problem] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
     max_labels: int = 1
     label_widths: Counter = field(default_factory=Counter)
     id_mismatches: int = 0
@@ -369,7 +369,7 @@ class ExtractResult:
         return f"im2rec pack {self.lst} {root} NEW.rec --pass-through{extra}"
 
 
-def extract_rec(rec: str, outdir: str, flat: bool = False, overwrite: bool = False, storage_options: Optional[dict] = None) -> ExtractResult:
+def extract_rec(rec: str, outdir: str, flat: bool = False, overwrite: bool = False, storage_options: dict | None = None) -> ExtractResult:
     """Write every image of a ``.rec`` back to a file, with its original bytes, and a ``.lst``.
 
     Files go to ``OUTDIR/<label>/<key>.<ext>`` (or ``OUTDIR/<key>.<ext>`` with
@@ -386,9 +386,9 @@ def extract_rec(rec: str, outdir: str, flat: bool = False, overwrite: bool = Fal
     os.makedirs(outdir, exist_ok=True)
     result = ExtractResult(os.path.join(outdir, os.path.splitext(os.path.basename(rec))[0] + ".lst"))
     if os.path.exists(result.lst) and not overwrite:
-        raise Im2recError(f"{result.lst} exists: pass --overwrite to replace it")
+        raise OutputExistsError(result.lst)
     face = insightface_header(reader) if index is not None else None
-    entries: List[ListEntry] = []
+    entries: list[ListEntry] = []
     for key, offset in record_entries(reader, result.problems):
         if face and not (isinstance(key, int) and 1 <= key < face[0]):
             continue
@@ -407,7 +407,7 @@ def extract_rec(rec: str, outdir: str, flat: bool = False, overwrite: bool = Fal
         rel = name if flat else f"{label_name(labels[0])}/{name}"
         path = os.path.join(outdir, rel)
         if os.path.exists(path) and not overwrite:
-            raise Im2recError(f"{path} exists: pass --overwrite to replace it")
+            raise OutputExistsError(path)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
             f.write(body)
@@ -428,10 +428,10 @@ class IndexResult:
 
     idx: str
     entries: int = 0
-    problems: List[Problem] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
 
 
-def rebuild_index(rec: str, idx: Optional[str] = None, keys: str = "id", overwrite: bool = False, storage_options: Optional[dict] = None) -> IndexResult:
+def rebuild_index(rec: str, idx: str | None = None, keys: str = "id", overwrite: bool = False, storage_options: dict | None = None) -> IndexResult:
     """Rebuild a ``.idx`` by a sequential scan of the ``.rec``.
 
     Args:
@@ -458,16 +458,16 @@ def rebuild_index(rec: str, idx: Optional[str] = None, keys: str = "id", overwri
     return result
 
 
-def _check_index_args(idx: str, keys: str, overwrite: bool, storage_options: Optional[dict] = None) -> None:
+def _check_index_args(idx: str, keys: str, overwrite: bool, storage_options: dict | None = None) -> None:
     if keys not in ("id", "counter"):
         raise ValueError(f"keys must be 'id' or 'counter', got {keys!r}")
     if storage.there(idx, storage_options) and not overwrite:
-        raise Im2recError(f"{idx} exists: pass --overwrite to replace it")
+        raise OutputExistsError(idx)
 
 
-def _scan_entries(reader: RecordReader, keys: str, problems: List[Problem], first_key: int = 0) -> List[Tuple[Any, int]]:
+def _scan_entries(reader: RecordReader, keys: str, problems: list[Problem], first_key: int = 0) -> list[tuple[Any, int]]:
     """(key, offset) of every record found by a sequential scan; damage is skipped and reported."""
-    entries: List[Tuple[Any, int]] = []
+    entries: list[tuple[Any, int]] = []
     for offset, _length, nxt, error in reader.walk():
         if error is not None:
             problems.append(Problem(offset, None, f"{_reason(error, reader.path)}; skipped to the next record at byte {nxt}"))
@@ -486,12 +486,13 @@ def _scan_entries(reader: RecordReader, keys: str, problems: List[Problem], firs
     return entries
 
 
-def _write_index(idx: str, entries: Sequence[Tuple[Any, int]], storage_options: Optional[dict] = None) -> None:
+def _write_index(idx: str, entries: Sequence[tuple[Any, int]], storage_options: dict | None = None) -> None:
+    text = format_index((key for key, _ in entries), (offset for _, offset in entries))
     if storage.is_url(idx):
-        storage.write_bytes(idx, "".join(f"{key}\t{offset}\n" for key, offset in entries).encode("ascii"), storage_options)
+        storage.write_bytes(idx, text.encode("ascii"), storage_options)
         return
     with atomic_open(idx, "w", encoding="ascii", newline="\n") as f:
-        f.writelines(f"{key}\t{offset}\n" for key, offset in entries)
+        f.write(text)
 
 
 def combined_index(recs: Sequence[str], idx: str, keys: str = "id", overwrite: bool = False) -> IndexResult:
@@ -523,7 +524,7 @@ def combined_index(recs: Sequence[str], idx: str, keys: str = "id", overwrite: b
     if not recs:
         raise Im2recError("--combined needs at least one .rec")
     result = IndexResult(idx)
-    entries: List[Tuple[Any, int]] = []
+    entries: list[tuple[Any, int]] = []
     base = 0
     remote = [r for r in recs if storage.is_url(r)]
     if remote:
@@ -540,7 +541,7 @@ def combined_index(recs: Sequence[str], idx: str, keys: str = "id", overwrite: b
             index.validate(size, rec)
             found = list(zip(index.key_list if keys == "id" else range(len(entries), len(entries) + len(index)), index.offsets.tolist()))
         else:
-            problems: List[Problem] = []
+            problems: list[Problem] = []
             with RecordReader(rec) as reader:
                 found = _scan_entries(reader, keys, problems, len(entries))
             result.problems += [dataclasses.replace(p, file=rec) for p in problems]

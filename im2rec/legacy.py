@@ -24,20 +24,21 @@ import argparse
 import logging
 import os
 import sys
-from typing import List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 from . import listing, packing, storage
+from .console import warnings_on_stderr
 from .errors import Im2recError
 from .fsutil import remove_quietly, temp_path
 from .image import ImageOptions
-from .lst import ListEntry, _LineError, _parse, write_lst
+from .lst import LineError, ListEntry, parse_fields, write_lst
 
-__all__ = ["main", "parse_args", "make_list", "pack_lists", "lists_to_pack"]
+__all__ = ["lists_to_pack", "main", "make_list", "pack_lists", "parse_args"]
 
 log = logging.getLogger("im2rec")
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """im2rec.py's arguments, with its names, defaults and argparse behaviour."""
     parser = argparse.ArgumentParser(
         prog="im2rec-py",
@@ -80,13 +81,6 @@ def _warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
 
-class _StderrHandler(logging.Handler):
-    """The library's log records as ``warning: ...`` lines on the current stderr."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        print(f"{record.levelname.lower()}: {record.getMessage()}", file=sys.stderr)
-
-
 # --------------------------------------------------------------------------- --list
 
 
@@ -127,7 +121,7 @@ def make_list(args: argparse.Namespace) -> listing.ListResult:
 # --------------------------------------------------------------------------- packing
 
 
-def lists_to_pack(prefix: str) -> Tuple[str, List[str]]:
+def lists_to_pack(prefix: str) -> tuple[str, list[str]]:
     """(working folder, the ``.lst`` files im2rec.py packs for ``prefix``): every file of the
     folder (PREFIX itself when it is one, else its folder) whose path starts with PREFIX and
     ends with ``.lst``; sorted, where im2rec.py took the folder's listing order."""
@@ -140,7 +134,7 @@ def lists_to_pack(prefix: str) -> Tuple[str, List[str]]:
     return working_dir, sorted(found)
 
 
-def _normalized_list(lst: str, out_dir: str) -> Tuple[Optional[str], int]:
+def _normalized_list(lst: str, out_dir: str) -> tuple[str | None, int]:
     """Read ``lst`` with im2rec.py's rules (fields split on TAB and stripped; a line with fewer
     than 3 fields, or a field that does not parse, is skipped with a message).
 
@@ -148,7 +142,7 @@ def _normalized_list(lst: str, out_dir: str) -> Tuple[Optional[str], int]:
         (None, lines outside ROOT) when the file reads the same under im2rec's own strict
         rules, else (a normalised copy holding the lines im2rec.py keeps, lines outside ROOT).
     """
-    entries: List[ListEntry] = []
+    entries: list[ListEntry] = []
     same = True
     outside = 0
     with open(lst, "rb") as f:
@@ -169,8 +163,8 @@ def _normalized_list(lst: str, out_dir: str) -> Tuple[Optional[str], int]:
                 continue
             if same:
                 try:
-                    same = _parse(text.rstrip("\n").rstrip("\r")) == entry
-                except _LineError:
+                    same = parse_fields(text.rstrip("\n").rstrip("\r")) == entry
+                except LineError:
                     same = False
             outside += packing.leaves_root(entry.path)
             entries.append(entry)
@@ -200,7 +194,7 @@ def _image_options(args: argparse.Namespace) -> ImageOptions:
     )
 
 
-def pack_lists(args: argparse.Namespace) -> List[packing.PackSummary]:
+def pack_lists(args: argparse.Namespace) -> list[packing.PackSummary]:
     """Pack every ``PREFIX*.lst`` into ``<stem>.rec`` and ``<stem>.idx`` in the working folder.
 
     Raises:
@@ -241,27 +235,21 @@ def pack_lists(args: argparse.Namespace) -> List[packing.PackSummary]:
     return summaries
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     """The ``im2rec-py`` console script: exit 0 on success, 1 on an error, 2 for usage errors."""
     args = parse_args(argv)
-    handler, propagate = _StderrHandler(), log.propagate
-    log.addHandler(handler)  # for this run only: a caller's own logging set-up is left as it was
-    log.setLevel(logging.WARNING)
-    log.propagate = False
     try:
-        if args.list:
-            make_list(args)
-        else:
-            pack_lists(args)
+        with warnings_on_stderr(log.name):  # for this run only: a caller's own logging set-up is left as it was
+            if args.list:
+                make_list(args)
+            else:
+                pack_lists(args)
     except Im2recError as e:
         print(f"Error: {e}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:
         print("Error: interrupted; outputs are written whole or not at all", file=sys.stderr)
         sys.exit(130)
-    finally:
-        log.removeHandler(handler)
-        log.propagate = propagate
 
 
 if __name__ == "__main__":

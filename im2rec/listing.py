@@ -15,16 +15,16 @@ import math
 import os
 import random
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import storage
 from .errors import ListingError
 from .fsutil import commit, make_parents, remove_quietly, temp_path
 from .lst import ListEntry, unstorable_reason, write_lst
 
-__all__ = ["ListOptions", "ListResult", "Scan", "Skipped", "scan_images", "make_lists", "list_names", "normalize_exts", "skipped_exts_line"]
+__all__ = ["ListOptions", "ListResult", "Scan", "Skipped", "list_names", "make_lists", "normalize_exts", "scan_images", "skipped_exts_line"]
 
 DEFAULT_EXTS = (".jpeg", ".jpg", ".png")  # im2rec.py's
 
@@ -37,9 +37,9 @@ DECODABLE_EXTS = {
 }  # fmt: skip
 
 
-def normalize_exts(exts: Sequence[str]) -> Tuple[str, ...]:
+def normalize_exts(exts: Sequence[str]) -> tuple[str, ...]:
     """Lower-case extensions with a leading dot; accepts ``"jpg,png"`` style items too."""
-    out: List[str] = []
+    out: list[str] = []
     for item in exts:
         for ext in item.replace(",", " ").split():
             ext = ext.lower()
@@ -51,7 +51,7 @@ def normalize_exts(exts: Sequence[str]) -> Tuple[str, ...]:
 class ListOptions:
     """Options of ``im2rec list``, with the CLI's defaults (those of im2rec.py, recursive aside)."""
 
-    exts: Tuple[str, ...] = DEFAULT_EXTS
+    exts: tuple[str, ...] = DEFAULT_EXTS
     recursive: bool = True
     train_ratio: float = 1.0
     test_ratio: float = 0.0
@@ -92,10 +92,10 @@ class Skipped:
 class ListResult:
     """What ``make_lists`` wrote."""
 
-    lists: Dict[str, int] = field(default_factory=dict)  # path -> number of lines
-    classes: List[Tuple[int, str]] = field(default_factory=list)  # (label, folder relative to root)
-    classes_path: Optional[str] = None
-    skipped: List[Skipped] = field(default_factory=list)
+    lists: dict[str, int] = field(default_factory=dict)  # path -> number of lines
+    classes: list[tuple[int, str]] = field(default_factory=list)  # (label, folder relative to root)
+    classes_path: str | None = None
+    skipped: list[Skipped] = field(default_factory=list)
     images: int = 0
     other_exts: Counter = field(default_factory=Counter)  # extension -> files not listed for it
 
@@ -104,13 +104,13 @@ class ListResult:
 class Scan:
     """The images found under a root, in im2rec.py's order, with their labels."""
 
-    entries: List[ListEntry]
-    classes: List[Tuple[int, str]]  # (label, folder relative to the root, "." for the root)
-    skipped: List[Skipped]
+    entries: list[ListEntry]
+    classes: list[tuple[int, str]]  # (label, folder relative to the root, "." for the root)
+    skipped: list[Skipped]
     other_exts: Counter = field(default_factory=Counter)  # extension ("" for none) -> files not listed
 
 
-def skipped_exts_line(other_exts: Counter, exts: Sequence[str], shown: int = 8) -> Optional[str]:
+def skipped_exts_line(other_exts: Counter, exts: Sequence[str], shown: int = 8) -> str | None:
     """``skipped 25 files: 16 .webp, 9 .svg; add .webp to --exts (...) to list WebP too``, or None.
 
     Names the ``--exts`` value that adds the formats ``im2rec pack`` can decode, since
@@ -132,7 +132,7 @@ def skipped_exts_line(other_exts: Counter, exts: Sequence[str], shown: int = 8) 
     return line
 
 
-def _sorted_entries(path: str, skipped: List[Skipped]) -> List[os.DirEntry]:
+def _sorted_entries(path: str, skipped: list[Skipped]) -> list[os.DirEntry]:
     try:
         with os.scandir(path) as it:
             return sorted(it, key=lambda e: e.name)
@@ -152,13 +152,13 @@ def scan_images(root: str, exts: Sequence[str], recursive: bool, hidden: bool = 
     reported in ``skipped``.
     """
     exts = tuple(exts)
-    entries: List[ListEntry] = []
-    labels: Dict[str, Tuple[float]] = {}  # folder -> its label, one shared tuple per class
-    skipped: List[Skipped] = []
+    entries: list[ListEntry] = []
+    labels: dict[str, tuple[float]] = {}  # folder -> its label, one shared tuple per class
+    skipped: list[Skipped] = []
     other_exts: Counter = Counter()
     root = os.path.abspath(root)
 
-    def visit(path: str, rel: str, ancestors: Tuple[Tuple[int, int], ...]) -> None:
+    def visit(path: str, rel: str, ancestors: tuple[tuple[int, int], ...]) -> None:
         subdirs = []
         for e in _sorted_entries(path, skipped):
             name = e.name
@@ -207,12 +207,12 @@ def scan_paths(paths: Sequence[str], exts: Sequence[str], recursive: bool, hidde
     """``scan_images`` for a listing of relative ``/``-separated file paths (an object store's
     prefix): the same order (a folder's files, sorted, before its sub-folders) and labels."""
     exts = tuple(exts)
-    entries: List[ListEntry] = []
-    labels: Dict[str, Tuple[float]] = {}
-    skipped: List[Skipped] = []
+    entries: list[ListEntry] = []
+    labels: dict[str, tuple[float]] = {}
+    skipped: list[Skipped] = []
     other_exts: Counter = Counter()
 
-    def walk_key(rel: str) -> Tuple[Tuple[int, str], ...]:
+    def walk_key(rel: str) -> tuple[tuple[int, str], ...]:
         parts = rel.split("/")
         return tuple((1, p) for p in parts[:-1]) + ((0, parts[-1]),)
 
@@ -239,7 +239,7 @@ def scan_paths(paths: Sequence[str], exts: Sequence[str], recursive: bool, hidde
     return Scan(entries, classes, skipped, other_exts)
 
 
-def _split_counts(n: int, train: float, test: float) -> Tuple[int, int]:
+def _split_counts(n: int, train: float, test: float) -> tuple[int, int]:
     """(test, train) counts for one class of n items: largest remainders, and every
     split with a non-zero ratio gets at least one item when n allows it."""
     ratios = [test, train, max(0.0, 1.0 - train - test)]
@@ -258,17 +258,17 @@ def _split_counts(n: int, train: float, test: float) -> Tuple[int, int]:
     return counts[0], counts[1]
 
 
-def _split(chunk: List[ListEntry], chunk_size: int, opts: ListOptions, rng: random.Random) -> Dict[str, List[ListEntry]]:
+def _split(chunk: list[ListEntry], chunk_size: int, opts: ListOptions, rng: random.Random) -> dict[str, list[ListEntry]]:
     """Split one chunk into test/train/val lists (im2rec.py's rule, or per class)."""
     if not opts.stratify:
         # im2rec.py sizes the parts from chunk_size, not len(chunk): kept for identical lists.
         sep = int(chunk_size * opts.train_ratio)
         sep_test = int(chunk_size * opts.test_ratio)
         return {"test": chunk[:sep_test], "train": chunk[sep_test : sep_test + sep], "val": chunk[sep_test + sep :]}
-    by_class: Dict[float, List[ListEntry]] = {}
+    by_class: dict[float, list[ListEntry]] = {}
     for e in chunk:
         by_class.setdefault(e.labels[0], []).append(e)
-    parts: Dict[str, List[ListEntry]] = {"test": [], "train": [], "val": []}
+    parts: dict[str, list[ListEntry]] = {"test": [], "train": [], "val": []}
     for label in sorted(by_class):
         items = by_class[label]
         n_test, n_train = _split_counts(len(items), opts.train_ratio, opts.test_ratio)
@@ -283,13 +283,13 @@ def _split(chunk: List[ListEntry], chunk_size: int, opts: ListOptions, rng: rand
     return parts
 
 
-def _planned_lists(prefix: str, entries: List[ListEntry], opts: ListOptions) -> List[Tuple[str, List[ListEntry]]]:
+def _planned_lists(prefix: str, entries: list[ListEntry], opts: ListOptions) -> list[tuple[str, list[ListEntry]]]:
     rng = random.Random(opts.seed)
     if opts.shuffle:
         rng.shuffle(entries)
     n = len(entries)
     chunk_size = (n + opts.chunks - 1) // opts.chunks
-    out: List[Tuple[str, List[ListEntry]]] = []
+    out: list[tuple[str, list[ListEntry]]] = []
     for i in range(opts.chunks):
         chunk = entries[i * chunk_size : (i + 1) * chunk_size]
         stem = prefix + (f"_{i}" if opts.chunks > 1 else "")
@@ -306,12 +306,12 @@ def _planned_lists(prefix: str, entries: List[ListEntry], opts: ListOptions) -> 
     return out
 
 
-def list_names(prefix: str, options: ListOptions) -> List[str]:
+def list_names(prefix: str, options: ListOptions) -> list[str]:
     """The ``.lst`` files ``make_lists`` writes for ``prefix`` and ``options``, in writing order."""
     return [path for path, _ in _planned_lists(prefix, [], options)]
 
 
-def make_lists(root: str, prefix: str, options: ListOptions = ListOptions(), storage_options: Optional[dict] = None) -> ListResult:
+def make_lists(root: str, prefix: str, options: ListOptions = ListOptions(), storage_options: dict | None = None) -> ListResult:
     """Walk ``root`` and write the ``.lst`` files of ``prefix`` and ``PREFIX.classes.tsv``.
 
     Args:
@@ -346,7 +346,7 @@ def make_lists(root: str, prefix: str, options: ListOptions = ListOptions(), sto
     classes_path = None if options.legacy else prefix + ".classes.tsv"
     result = ListResult(classes=scan.classes, classes_path=classes_path, skipped=scan.skipped, images=len(entries), other_exts=scan.other_exts)
 
-    tmps: List[Tuple[Path, str]] = []
+    tmps: list[tuple[Path, str]] = []
     try:  # write everything under temporary names, then rename: all lists or none
         make_parents(prefix)
         for path, items in planned:

@@ -42,42 +42,41 @@ import posixpath
 import time
 from array import array
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import IO, Callable, Iterable, Iterator, List, NamedTuple, Optional, Tuple, Union
+from typing import NamedTuple
 
 import numpy as np
 
 from . import __version__, faces, recordio, storage
-from .errors import ImageError, ListFormatError, PackError, TooManyFailures
-from .fsutil import WriteBehind, atomic_open, commit, make_parents, remove_quietly
+from .errors import ImageError, ListFormatError, OptionError, OutputExistsError, PackError, TooManyFailures
+from .fsutil import atomic_open, commit, make_parents, remove_quietly
 from .image import ImageOptions, format_color, init_worker, transform_image
 from .lst import format_label, iter_lst
+from .outputs import FailureList, Outputs, PackFiles, RecordSink, kind_of, partial, refuse_existing
 from .pool import OrderedPool
-from .shards import ShardedWriter, existing_shard_outputs, layout_path, part_path
+from .shards import ShardedWriter, existing_shard_outputs, layout_path, manifest_path, part_path
 
 __all__ = [
     "PackOptions",
     "PackSummary",
-    "Task",
-    "Result",
-    "Outputs",
     "Progress",
-    "pack",
+    "Result",
+    "Task",
     "check_list",
     "encode_record",
-    "write_stats",
+    "pack",
     "summary_line",
     "transparency_clause",
     "transparency_warning",
+    "write_stats",
 ]
 
 log = logging.getLogger(__name__)
 
-FAILED_HEADER = "index\tpath\treason\n"
 TRANSPARENT_EXAMPLES = 100  # images with transparency kept by name for the warning and --stats (the count is exact)
 ALPHA_HINT = "pass --alpha-background COLOR to composite them"
-WRITE_BUFFER = 1 << 20  # records are copied into a 1 MiB buffer: one write call per MiB, not per record
 
 
 def default_workers() -> int:
@@ -120,19 +119,18 @@ class PackOptions:
 
     image: ImageOptions = field(default_factory=ImageOptions)
     pack_label: bool = False
-    label_width: Optional[int] = None
+    label_width: int | None = None
     workers: int = field(default_factory=default_workers)
     overwrite: bool = False
     resume: bool = False
-    max_errors: Optional[int] = None
+    max_errors: int | None = None
     num_parts: int = 1
-    part_index: Optional[int] = None
-    shard_size: Optional[int] = None
+    part_index: int | None = None
+    shard_size: int | None = None
     in_process: bool = False
     allow_outside_root: bool = False
     layout: str = "plain"
-    storage_options: Optional[dict] = None  # fsspec's, for a ROOT or an output that is a URL
-    stream_to: Optional[str] = None  # an S3 URL the .rec is uploaded to while it is written (see storage.Streamer)
+    storage_options: dict | None = None  # fsspec's, for a ROOT or an output that is a URL
 
     def __post_init__(self) -> None:
         if self.label_width is not None and self.label_width < 1:
@@ -141,14 +139,19 @@ class PackOptions:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
         if self.max_errors is not None and self.max_errors < 0:
             raise ValueError(f"max_errors must be 0 or more, got {self.max_errors}")
-        if self.num_parts < 1 or (self.part_index is not None and not 0 <= self.part_index < self.num_parts):
-            raise ValueError(f"part_index must be in [0, num_parts={self.num_parts}), got {self.part_index}")
-        if self.shard_size is not None and (self.shard_size < 1 or self.part_index is not None or self.resume):
-            raise ValueError("shard_size must be positive, and cannot be combined with parts or resume")
+        if self.num_parts < 1:
+            raise OptionError(f"--num-parts must be at least 1, got {self.num_parts}", "--num-parts")
+        if self.part_index is not None and not 0 <= self.part_index < self.num_parts:
+            needs = " (give the number of parts with --num-parts N)" if self.num_parts == 1 else ""
+            raise OptionError(f"{self.part_index} is not below --num-parts {self.num_parts}{needs}", "--part-index")
+        if self.shard_size is not None and self.shard_size < 1:
+            raise OptionError(f"--shard-size must be positive, got {self.shard_size}", "--shard-size")
+        if self.shard_size is not None and (self.part_index is not None or self.resume):
+            raise OptionError("--shard-size cannot be combined with --part-index, --dask or --resume")
         if self.layout not in ("plain", "insightface"):
             raise ValueError(f"layout must be 'plain' or 'insightface', got {self.layout!r}")
         if self.layout == "insightface" and (self.shard_size is not None or self.pack_label or (self.label_width or 1) > 1):
-            raise ValueError("the insightface layout has one identity label per image: no shards, --pack-label or --label-width")
+            raise OptionError("--layout insightface has one identity label per image: no --shard-size, --pack-label or --label-width N")
 
     def output_affecting(self) -> dict:
         """The options that change the bytes written (what a resumed run must share)."""
@@ -159,7 +162,7 @@ class PackOptions:
             "part": [self.part_index, self.num_parts] if self.part_index is not None else None,
         }
 
-    def part_slice(self, n: int) -> Tuple[int, int]:
+    def part_slice(self, n: int) -> tuple[int, int]:
         """The list positions ``[start, stop)`` this run packs, for a list of ``n`` entries."""
         if self.part_index is None:
             return 0, n
@@ -170,18 +173,18 @@ class Task(NamedTuple):
     """One image to pack: where it is in the list, and what goes in its header."""
 
     seq: int
-    index: int
-    label: Union[float, Tuple[float, ...]]
+    index: int  # type: ignore[assignment]  # the .lst word for it; tuple.index() is never called on a Task
+    label: float | tuple[float, ...]
     path: str  # as written in the .lst
     file: str  # root joined with path
-    data: Union[bytes, Tuple[str, str], None] = None  # fetched bytes (a URL ROOT), or (kind, reason) of a failed fetch
+    data: bytes | tuple[str, str] | None = None  # fetched bytes (a URL ROOT), or (kind, reason) of a failed fetch
 
 
 class Result(NamedTuple):
     """What became of a Task: its record, framed for the ``.rec``, or the kind and reason of its failure."""
 
     task: Task
-    framed: Optional[bytes]
+    framed: bytes | None
     kind: str = ""  # failure category, see ImageError
     reason: str = ""
     transparent: bool = False  # the image had transparency (see image.Decoded); the record bytes do not say it
@@ -193,7 +196,7 @@ class PackSummary:
 
     lst: str
     root: str
-    outputs: "Outputs"
+    outputs: Outputs
     images: int = 0  # entries in the list
     packed: int = 0
     failures: Counter = field(default_factory=Counter)  # kind -> count
@@ -203,15 +206,15 @@ class PackSummary:
     resumed_packed: int = 0  # records already written by it
     complete: bool = False
     already_complete: bool = False  # resume=True found the outputs finished
-    manifest: Optional[str] = None  # with shard_size: the manifest, and the shards
-    shards: List[str] = field(default_factory=list)
-    header_split: List[int] = field(default_factory=list)  # keys of records split inside their header
+    manifest: str | None = None  # with shard_size: the manifest, and the shards
+    shards: list[str] = field(default_factory=list)
+    header_split: list[int] = field(default_factory=list)  # keys of records split inside their header
     retried: int = 0  # a URL ROOT: requests retried after a transient failure
-    identities: Optional[int] = None  # insightface layout: identity records written
+    identities: int | None = None  # insightface layout: identity records written
     sha256: dict = field(default_factory=dict)  # URL outputs: URL -> sha256 of what was uploaded
     transparent: int = 0  # packed images that had transparency (alpha not all opaque)
-    transparent_examples: List[Tuple[int, str]] = field(default_factory=list)  # (index, path), the first TRANSPARENT_EXAMPLES
-    alpha_background: Optional[Tuple[int, int, int]] = None  # what they were composited over; None: alpha was dropped
+    transparent_examples: list[tuple[int, str]] = field(default_factory=list)  # (index, path), the first TRANSPARENT_EXAMPLES
+    alpha_background: tuple[int, int, int] | None = None  # what they were composited over; None: alpha was dropped
 
     @property
     def failed(self) -> int:
@@ -228,40 +231,6 @@ class Progress:
         """One more entry was written (or failed)."""
 
 
-# --------------------------------------------------------------------------- outputs
-
-
-@dataclass(frozen=True)
-class Outputs:
-    """The files of one pack run: final names, and the partial names they grow under."""
-
-    rec: str
-    idx: str
-    failed: str
-
-    @classmethod
-    def for_rec(cls, rec: str) -> "Outputs":
-        """``OUT.rec`` -> OUT.rec, OUT.idx, OUT.failed.tsv (same folder and stem)."""
-        stem = os.path.splitext(rec)[0]
-        return cls(rec, stem + ".idx", stem + ".failed.tsv")
-
-    @property
-    def finals(self) -> Tuple[str, str, str]:
-        return (self.rec, self.idx, self.failed)
-
-    @property
-    def partials(self) -> Tuple[str, str, str]:
-        return tuple(p + ".partial" for p in self.finals)  # type: ignore[return-value]
-
-    @property
-    def state(self) -> str:
-        return os.path.splitext(self.rec)[0] + ".resume.json"
-
-    def remove_partials(self) -> None:
-        for path in (*self.partials, self.state):
-            remove_quietly(path)
-
-
 # --------------------------------------------------------------------------- stage 1: the list
 
 
@@ -271,7 +240,7 @@ class ListCheck:
     extra_labels: int  # lines whose labels beyond the first will not be stored
 
 
-def _label_of(labels: Tuple[float, ...], opts: PackOptions) -> Union[float, Tuple[float, ...]]:
+def _label_of(labels: tuple[float, ...], opts: PackOptions) -> float | tuple[float, ...]:
     if opts.label_width is not None:
         return labels if opts.label_width > 1 else labels[0]
     if opts.pack_label and len(labels) > 1:
@@ -300,7 +269,7 @@ def check_list(lst: str, opts: PackOptions) -> ListCheck:
     indices = array("Q")
     lines = array("Q")
     extra = 0
-    outside: List[Tuple[int, str]] = []  # (line, path), the first few
+    outside: list[tuple[int, str]] = []  # (line, path), the first few
     outside_count = 0
     for lineno, entry in iter_lst(lst):
         if not opts.allow_outside_root and leaves_root(entry.path):
@@ -347,14 +316,14 @@ def check_list(lst: str, opts: PackOptions) -> ListCheck:
     return ListCheck(len(indices), extra)
 
 
-def iter_tasks(lst: str, root: str, opts: PackOptions, start: int = 0, stop: Optional[int] = None) -> Iterator[Task]:
+def iter_tasks(lst: str, root: str, opts: PackOptions, start: int = 0, stop: int | None = None) -> Iterator[Task]:
     """The list's entries at positions ``[start, stop)`` as Tasks, read lazily."""
     join = storage.join if storage.is_url(root) else os.path.join
     for seq, (_, entry) in enumerate(iter_lst(lst, start, stop), start):
         yield Task(seq, entry.index, _label_of(entry.labels, opts), entry.path, join(root, entry.path))
 
 
-def _fetching(tasks: Iterable[Task], opts: PackOptions, summary: "PackSummary") -> Iterator[Task]:
+def _fetching(tasks: Iterable[Task], opts: PackOptions, summary: PackSummary) -> Iterator[Task]:
     """Tasks with their images' bytes, fetched from a URL ROOT concurrently ahead of the encoders."""
     stats = storage.FetchStats()
     try:
@@ -377,7 +346,7 @@ def _reason_of(error: Exception, url: str) -> str:
 ROOT_SAMPLE = 20
 
 
-def check_root(lst: str, root: str, opts: PackOptions, start: int = 0, stop: Optional[int] = None) -> None:
+def check_root(lst: str, root: str, opts: PackOptions, start: int = 0, stop: int | None = None) -> None:
     """Refuse a ROOT where not one of the list's first images exists: the wrong folder, most likely.
 
     Without it a wrong ROOT gives an empty ``.rec`` and a failure list as long as the list.
@@ -462,23 +431,12 @@ def _encoder(opts: PackOptions) -> Iterator[Callable[[Iterable[Task]], Iterator[
 # --------------------------------------------------------------------------- stage 3: writing
 
 
-def _tsv_field(text: str) -> str:
-    return text.replace("\t", " ").replace("\n", " ").replace("\r", " ")
-
-
-def _write(
-    results: Iterable[Result],
-    writer: recordio.RecordWriter,
-    failed: IO[str],
-    summary: PackSummary,
-    opts: PackOptions,
-    progress: Progress,
-    written: Callable[[int], None] = lambda end: None,
-) -> None:
+def _write(results: Iterable[Result], sink: RecordSink, failures: FailureList, summary: PackSummary, opts: PackOptions, progress: Progress) -> None:
+    """Write the Results in order: records into ``sink``, failures into ``failures``."""
     for result in results:
         task = result.task
         if result.framed is not None:
-            written(writer.write_framed_idx(task.index, result.framed) + len(result.framed))
+            sink.write_framed_idx(task.index, result.framed)
             summary.packed += 1
             if result.framed[7] >> 5 == 1 and recordio.framed_splits_header(result.framed):  # byte 7: the cflag bits
                 summary.header_split.append(task.index)
@@ -487,8 +445,7 @@ def _write(
                 if len(summary.transparent_examples) < TRANSPARENT_EXAMPLES:
                     summary.transparent_examples.append((task.index, task.path))
         else:
-            failed.write(f"{task.index}\t{_tsv_field(task.path)}\t{result.kind}: {_tsv_field(result.reason)}\n")
-            failed.flush()  # before any later record reaches the disk, so that --resume keeps it
+            failures.add(task.index, task.path, result.kind, result.reason)
             summary.failures[result.kind] += 1
             if opts.max_errors is not None and summary.failed > opts.max_errors:
                 raise TooManyFailures(
@@ -499,202 +456,106 @@ def _write(
         progress.update(result)
 
 
-# --------------------------------------------------------------------------- resuming
+# --------------------------------------------------------------------------- where the records go
 
 
-def _fingerprint(lst: str, root: str, opts: PackOptions) -> dict:
+def _fingerprint(lst: str, local_lst: str, root: str, opts: PackOptions) -> dict:
+    """What a resumed run must share with the interrupted one: the list (and its bytes), ROOT, the options."""
     h = hashlib.sha256()
-    with open(lst, "rb") as f:
+    with open(local_lst, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
-    root = root if storage.is_url(root) else os.path.abspath(root)
-    fingerprint = {"list": os.path.abspath(lst), "list_sha256": h.hexdigest(), "root": root, "options": opts.output_affecting()}
+    fingerprint = {"list": _shown(lst), "list_sha256": h.hexdigest(), "root": _shown(root), "options": opts.output_affecting()}
     return json.loads(json.dumps(fingerprint))  # as the state file reads back: tuples become lists
 
 
-def _resume(
-    out: Outputs, lst: str, rec_file: IO[bytes], idx_file: IO[str], failed_file: IO[str], summary: PackSummary, start: int, stop: int
-) -> None:
-    """Continue an interrupted run: keep its complete records, cut a torn one off, find where to go on.
-
-    The ``.idx`` lines are rebuilt from the records' headers (key = id, as pack
-    writes them), since the old ``.idx`` may lag behind the ``.rec``. Failures
-    listed before the last complete record are kept; later ones will be retried.
-    """
-    last_key, end = None, 0
-    with recordio.RecordReader(out.partials[0]) as reader:
-        for offset, _length, nxt, error in reader.walk():
-            if error is not None:
-                break  # a torn record at the end: cut off below
-            last_key = recordio.unpack(reader.head_at(offset, recordio.IRHEADER_SIZE))[0].id
-            idx_file.write(f"{last_key}\t{offset}\n")
-            summary.packed += 1
-            end = nxt
-    rec_file.truncate(end)
-    rec_file.seek(end)
-    old_failures = []  # (index, line)
-    if os.path.exists(out.partials[2]):
-        with open(out.partials[2], encoding="utf-8") as f:
-            for line in f.read().splitlines()[1:]:
-                index = line.split("\t", 1)[0]
-                if index.isdigit():
-                    old_failures.append((int(index), line))
-    failed_indices = {index for index, _ in old_failures}
-    done_failures = set()
-    if last_key is not None:
-        for seq, (_, entry) in enumerate(iter_lst(lst, start, stop), start):  # this part's entries only
-            if entry.index in failed_indices:
-                done_failures.add(entry.index)
-            if entry.index == last_key:
-                summary.resumed_from = seq + 1
-                break
-    failed_file.write(FAILED_HEADER)
-    for index, line in old_failures:
-        if index in done_failures:
-            failed_file.write(line + "\n")
-            summary.failures[line.rsplit("\t", 1)[-1].split(":", 1)[0]] += 1
-    summary.resumed_packed = summary.packed
+def _shown(path: str) -> str:
+    return path if storage.is_url(path) else os.path.abspath(path)
 
 
-def _prepare_outputs(out: Outputs, lst: str, root: str, opts: PackOptions) -> bool:
-    """Check what exists: True to resume an interrupted run, False to start afresh.
+class _Destination:
+    """Where a pack's records go: ``loop`` names the files the write loop writes, ``final``
+    those the user gets; ``stream_to``, an S3 URL the ``.rec`` is sent to as it grows."""
 
-    Raises:
-        PackError: an output exists and neither --overwrite nor (for a partial run) --resume was given.
-    """
-    partial_exists = any(os.path.exists(p) for p in (*out.partials, out.state))
-    finals_exist = [p for p in out.finals if os.path.exists(p)]
-    if opts.overwrite:
-        out.remove_partials()
-        return False
-    if opts.resume and partial_exists:
-        if not os.path.exists(out.state) or not os.path.exists(out.partials[0]):
-            raise PackError(f"cannot resume: {out.state} or {out.partials[0]} is missing; use --overwrite to start again")
-        with open(out.state, encoding="utf-8") as f:
-            saved = json.load(f)
-        now = _fingerprint(lst, root, opts)
-        changed = [k for k in now if saved.get(k) != now[k]]
-        if changed:
-            if "options" in changed:  # name the options, not the group
-                old_opts, new_opts = saved.get("options") or {}, now["options"]
-                old_opts, new_opts = {**old_opts, **(old_opts.get("image") or {})}, {**new_opts, **new_opts["image"]}
-                changed.remove("options")
-                flag = {"reduced_decode": "--full-decode", "part": "--part-index/--num-parts"}
-                changed += [flag.get(k, f"--{k.replace('_', '-')}") for k in new_opts if k != "image" and old_opts.get(k) != new_opts[k]]
-            raise PackError(
-                f"cannot resume {out.rec}: the interrupted run was made with another {', '.join(changed)}; "
-                f"rerun the same command with --resume, or use --overwrite to start again"
-            )
-        return True
-    if partial_exists:
-        raise PackError(
-            f"{out.partials[0]} is left from an interrupted run: pass --resume to continue it, "
-            f"or --overwrite to start again"
-        )
-    if finals_exist:
-        raise PackError(f"{finals_exist[0]} exists: pass --overwrite to replace it")
-    return False
+    loop: Outputs
+    final: Outputs
+    stream_to: str | None = None
+
+    def complete(self) -> bool:
+        """``--resume`` found the outputs of a run that finished: nothing to do."""
+        raise NotImplementedError
+
+    def written(self) -> bool:
+        """An earlier run wrote the records; what comes after them is still to do."""
+        raise NotImplementedError
+
+    def refuse(self) -> None:
+        """Before any work: refuse outputs that exist (without ``--overwrite``) and the like."""
+
+    def finish(self, summary: PackSummary) -> None:
+        """After the loop: lay the records out, upload them."""
 
 
-# --------------------------------------------------------------------------- the run
+class _Files(_Destination):
+    """Local files: ``OUT.rec`` (or part ``OUT-0000I-of-0000N.rec``, or shards) where the write
+    loop puts them; a part of an insightface pack gets its ``.layout`` beside it."""
+
+    def __init__(self, out_rec: str, opts: PackOptions):
+        self.opts = opts
+        self.final = self.loop = Outputs.for_rec(part_path(out_rec, opts.part_index, opts.num_parts) if opts.part_index is not None else out_rec)
+
+    def complete(self) -> bool:
+        out = self.loop
+        return self.opts.resume and not self.opts.overwrite and all(os.path.exists(p) for p in out.finals) and not os.path.exists(out.state)
+
+    def written(self) -> bool:
+        return self.complete()
+
+    def refuse(self) -> None:
+        if self.opts.shard_size:
+            refuse_existing(self._shard_outputs(), self.opts.overwrite)
+
+    def _shard_outputs(self) -> list[str]:
+        out = self.loop
+        return existing_shard_outputs(out.rec) + [p for p in (out.failed, partial(out.failed)) if os.path.exists(p)]
+
+    def remove_shards(self) -> None:
+        """Before a sharded run (``--overwrite``): the shards of an earlier one."""
+        for path in self._shard_outputs():
+            remove_quietly(path)
+
+    def finish(self, summary: PackSummary) -> None:
+        if self.opts.part_index is not None and self.opts.layout == "insightface":  # the layout travels with the part, to merge
+            with atomic_open(layout_path(self.loop.rec), "w", encoding="ascii", newline="\n") as f:
+                f.write("insightface\n")
 
 
-def make_output_folder(path: str) -> None:
-    try:
-        make_parents(path)
-    except OSError as e:
-        raise PackError(f"cannot create the output folder {e.filename}: {e.strerror}") from None
+class _Layout(_Destination):
+    """``--layout insightface``: the loop writes the images plain, in list order, to
+    ``OUT.images.rec`` (resumable as any pack); ``finish`` lays them out as ``OUT.rec``."""
 
+    def __init__(self, out_rec: str, opts: PackOptions):
+        self.opts, self.out_rec = opts, out_rec
+        self.inner = _Files(recordio.sibling(out_rec, "images"), opts)
+        self.loop, self.final = self.inner.loop, Outputs.for_rec(out_rec)
+        self.finals = [*faces.insightface_outputs(out_rec), self.final.failed]
 
-def pack(
-    lst: str,
-    root: str,
-    out_rec: Optional[str] = None,
-    options: Optional[PackOptions] = None,
-    progress: Optional[Progress] = None,
-) -> PackSummary:
-    """Pack the images of a ``.lst`` into ``OUT.rec`` and ``OUT.idx``.
+    def complete(self) -> bool:
+        images = self.loop.rec
+        return self.opts.resume and all(os.path.exists(p) for p in self.finals) and not os.path.exists(images) and not os.path.exists(partial(images))
 
-    Args:
-        lst: the ``.lst`` file.
-        root: the folder the list's paths are relative to.
-        out_rec: the output ``.rec``; default: the list's path with ``.rec``.
-        options: see PackOptions.
-        progress: told of the start and of every entry written.
+    def written(self) -> bool:
+        return self.inner.written()
 
-    Returns:
-        A PackSummary; failed images are listed in ``OUT.failed.tsv``.
+    def refuse(self) -> None:
+        if not self.opts.resume:
+            refuse_existing(self.finals, self.opts.overwrite)
 
-    Raises:
-        ListFormatError: the list is malformed (nothing is written).
-        PackError: an output exists (without ``overwrite``), a write failed, or
-            ``max_errors`` was passed. The partial files are kept for ``resume``.
-        KeyboardInterrupt: on Ctrl-C; workers are stopped, partial files kept.
-    """
-    opts = options or PackOptions()
-    progress = progress or Progress()
-    started = time.perf_counter()
-    out_rec = out_rec or os.path.splitext(lst)[0] + ".rec"
-    if storage.is_url(lst):  # read many times: a local copy (at a name of its URL's, so that --resume finds the same)
-        local = os.path.join(staging_dir(lst), posixpath.basename(lst))
-        make_output_folder(local)
-        with atomic_open(local, "wb") as f:
-            f.write(storage.read_bytes(lst, opts.storage_options))
-        summary = pack(local, root, out_rec, opts, progress)
-        summary.lst = lst
-        if summary.complete:
-            remove_quietly(local)
-            with contextlib.suppress(OSError):
-                os.rmdir(os.path.dirname(local))
-        return summary
-    if storage.is_url(out_rec):
-        return _pack_to_url(lst, root, out_rec, opts, progress, started)
-    if opts.layout == "insightface" and opts.part_index is None:
-        return _pack_insightface(lst, root, out_rec, opts, progress, started)
-    if opts.part_index is not None:
-        out_rec = part_path(out_rec, opts.part_index, opts.num_parts)
-    out = Outputs.for_rec(out_rec)
-    summary = PackSummary(lst, root, out, alpha_background=opts.image.alpha_background)
-    if not storage.is_url(root) and not os.path.isdir(root):
-        raise PackError(f"{root}: no such folder")
-    if opts.resume and not opts.overwrite and all(os.path.exists(p) for p in out.finals) and not os.path.exists(out.state):
-        summary.already_complete = summary.complete = True  # an earlier run finished: nothing to do
-        return summary
-
-    check = check_list(lst, opts)
-    start, stop = opts.part_slice(check.lines)
-    summary.images = stop - start
-    if check.extra_labels:
-        log.warning(
-            "%s: %d line(s) have more than one label; only the first is packed "
-            "(use --pack-label or --label-width N to keep them all)",
-            lst,
-            check.extra_labels,
-        )
-    check_root(lst, root, opts, start, stop)
-    make_output_folder(out.rec)
-    if opts.shard_size:
-        _pack_sharded(lst, root, opts, progress, summary)
-    else:
-        _pack_single(lst, root, opts, progress, summary, start, stop)
-    if opts.part_index is not None and opts.layout == "insightface":  # the layout travels with the part, to merge
-        with atomic_open(layout_path(out.rec), "w", encoding="ascii", newline="\n") as f:
-            f.write("insightface\n")
-    if summary.header_split:
-        keys = ", ".join(map(str, summary.header_split[:10])) + (", ..." if len(summary.header_split) > 10 else "")
-        log.warning(
-            "%s: %d record(s) split inside their header, because an index or label equals the RecordIO magic "
-            "0xCED7230A (keys %s): MXNet reads them, DALI's fn.readers.mxnet cannot; change those indices or labels "
-            "if DALI will read this file",
-            out.rec,
-            len(summary.header_split),
-            keys,
-        )
-    if summary.transparent and summary.alpha_background is None:
-        log.warning("%s", transparency_warning(summary))
-    summary.complete = True
-    summary.seconds = time.perf_counter() - started
-    return summary
+    def finish(self, summary: PackSummary) -> None:
+        laid = faces.lay_out(self.loop.rec, self.out_rec)
+        if laid.images:
+            summary.bytes, summary.identities = laid.bytes, laid.identities
+        summary.already_complete = False
 
 
 def staging_dir(url: str) -> str:
@@ -703,193 +564,243 @@ def staging_dir(url: str) -> str:
     return os.path.join(storage.staging_base(), hashlib.sha256(url.encode()).hexdigest()[:16])
 
 
-def _pack_to_url(lst: str, root: str, out_url: str, opts: PackOptions, progress: Progress, started: float) -> PackSummary:
-    """Pack into a local staging folder (resumable) and upload each output so that it appears
-    under its URL only complete (a multipart upload, aborted on failure); the index goes last.
-    On S3 the ``.rec`` is streamed while it is written (``storage.Streamer``); elsewhere, and
-    for the insightface layout, which is laid out at the end, it is uploaded then."""
-    if opts.shard_size is not None:
-        raise PackError(f"{out_url}: --shard-size writes local shards only (for now): pack them locally, then copy")
-    storage.check_bucket(out_url, opts.storage_options)
-    local_rec = os.path.join(staging_dir(out_url), posixpath.basename(out_url))
-    folder = out_url.rsplit("/", 1)[0]
-    name = os.path.basename(part_path(local_rec, opts.part_index, opts.num_parts) if opts.part_index is not None else local_rec)
-    final = Outputs.for_rec(storage.join(folder, name))
-    staged = Outputs.for_rec(os.path.join(os.path.dirname(local_rec), name))
-    finals_there = [url for url in (final.rec, final.idx) if storage.exists(url, opts.storage_options)]
-    if opts.resume and len(finals_there) == 2 and not any(os.path.exists(p) for p in (*staged.partials, *staged.finals)):
-        return PackSummary(lst, root, final, already_complete=True, complete=True)  # uploaded by an earlier run
-    if finals_there and not opts.overwrite and not opts.resume:
-        raise PackError(f"{finals_there[0]} exists: pass --overwrite to replace it")
-    if not opts.overwrite and not opts.resume:
-        if all(os.path.exists(p) for p in staged.finals):
-            raise PackError(
-                f"{final.rec}: an earlier run packed it but did not finish uploading it (its files are in "
-                f"{os.path.dirname(staged.rec)}): pass --resume to upload them, or --overwrite to start again"
-            )
-        if any(os.path.exists(p) for p in (*staged.partials, staged.state)):
-            raise PackError(
-                f"{final.rec}: an interrupted run left its finished part in {os.path.dirname(staged.rec)}: "
-                f"pass --resume to continue it, or --overwrite to start again"
-            )
-    stream = opts.layout == "plain" and storage.Streamer.supported(out_url)
-    summary = pack(lst, root, local_rec, dataclasses.replace(opts, stream_to=final.rec if stream else None), progress)
-    outputs = summary.outputs
-    streamed = stream and not summary.already_complete  # the .rec is in the store already
-    locals_ = [outputs.failed] if streamed else [outputs.rec, outputs.failed]
-    if opts.layout == "insightface":
-        locals_.append(os.path.join(os.path.dirname(outputs.rec), "property") if opts.part_index is None else layout_path(outputs.rec))
-    locals_.append(outputs.idx)  # readers look for the .idx: it appears once the rest is there
-    url_of = {path: storage.join(folder, os.path.basename(path)) for path in locals_}
-    if not summary.already_complete or os.path.exists(outputs.idx):
-        for path in [outputs.rec, *locals_]:  # for --stats: what was uploaded (hashed here, where it is local)
+class _Upload(_Destination):
+    """A URL output: the loop writes in a local staging folder (kept for ``--resume``), and
+    ``finish`` uploads each output so that it appears under its URL only complete (a
+    multipart upload, aborted on failure), the index last. On S3 the ``.rec`` is streamed
+    while it is written (``storage.Streamer``); elsewhere, and for the insightface layout,
+    which is laid out at the end, it is uploaded then."""
+
+    def __init__(self, out_url: str, opts: PackOptions):
+        if opts.shard_size is not None:
+            raise PackError(f"{out_url}: --shard-size writes local shards only (for now): pack them locally, then copy")
+        storage.check_bucket(out_url, opts.storage_options)
+        self.opts = opts
+        self.folder = out_url.rsplit("/", 1)[0]
+        self.inner = _destination(os.path.join(staging_dir(out_url), posixpath.basename(out_url)), opts)
+        self.loop, staged = self.inner.loop, self.inner.final
+        self.final = Outputs.for_rec(storage.join(self.folder, os.path.basename(staged.rec)))
+        if opts.layout == "plain" and storage.Streamer.supported(out_url):  # the loop writes into _Files
+            self.inner.stream_to = self.stream_to = self.final.rec
+        self.staged = staged
+
+    def _there(self) -> list[str]:
+        return [url for url in (self.final.rec, self.final.idx) if storage.exists(url, self.opts.storage_options)]
+
+    def _staged_any(self) -> bool:
+        return any(os.path.exists(p) for p in (*self.loop.partials, *self.loop.finals, *self.staged.finals))
+
+    def complete(self) -> bool:
+        return self.opts.resume and len(self._there()) == 2 and not self._staged_any()  # uploaded by an earlier run
+
+    def written(self) -> bool:
+        return self.inner.written() or self.inner.complete()
+
+    def refuse(self) -> None:
+        opts, staged = self.opts, self.staged
+        there = self._there()
+        if there and not opts.overwrite and not opts.resume:
+            raise OutputExistsError(there[0])
+        if not opts.overwrite and not opts.resume:
+            if all(os.path.exists(p) for p in staged.finals):
+                raise PackError(
+                    f"{self.final.rec}: an earlier run packed it but did not finish uploading it (its files are in "
+                    f"{os.path.dirname(staged.rec)}): pass --resume to upload them, or --overwrite to start again"
+                )
+            if any(os.path.exists(p) for p in (*self.loop.partials, self.loop.state)):
+                raise PackError(
+                    f"{self.final.rec}: an interrupted run left its finished part in {os.path.dirname(staged.rec)}: "
+                    f"pass --resume to continue it, or --overwrite to start again"
+                )
+        self.inner.refuse()
+
+    def finish(self, summary: PackSummary) -> None:
+        self.inner.finish(summary)
+        staged = self.staged
+        streamed = self.stream_to is not None and not summary.already_complete  # the .rec is in the store already
+        files = [staged.failed] if streamed else [staged.rec, staged.failed]
+        if self.opts.layout == "insightface":
+            files.append(recordio.sibling(staged.rec, "property") if self.opts.part_index is None else layout_path(staged.rec))
+        files.append(staged.idx)  # readers look for the .idx: it appears once the rest is there
+        url_of = {path: storage.join(self.folder, os.path.basename(path)) for path in files}
+        if summary.already_complete and not os.path.exists(staged.idx):
+            return
+        for path in [staged.rec, *files]:  # for --stats: what was uploaded (hashed here, where it is local)
             digest = _sha256(path)
             if digest is not None:
-                summary.sha256[url_of.get(path, final.rec)] = digest
-        for path in locals_:
+                summary.sha256[url_of.get(path, self.final.rec)] = digest
+        for path in files:
             if os.path.exists(path):
-                storage.upload(path, url_of[path], opts.storage_options)
-        for path in [*locals_, outputs.rec]:
+                storage.upload(path, url_of[path], self.opts.storage_options)
+        for path in [*files, staged.rec]:
             remove_quietly(path)
         with contextlib.suppress(OSError):  # the staging folder, once empty
-            os.rmdir(os.path.dirname(outputs.rec))
-    summary.outputs = Outputs(final.rec, final.idx, final.failed)
-    summary.seconds = time.perf_counter() - started
-    return summary
+            os.rmdir(os.path.dirname(staged.rec))
 
 
-def images_path(out_rec: str) -> str:
-    """Where an insightface pack keeps its images in list order before laying them out."""
-    return os.path.splitext(out_rec)[0] + ".images.rec"
+def _destination(out_rec: str, opts: PackOptions) -> _Destination:
+    """Where a pack's records go: local files, laid out as insightface's, sent to a store."""
+    if storage.is_url(out_rec):
+        return _Upload(out_rec, opts)
+    if opts.layout == "insightface" and opts.part_index is None:
+        return _Layout(out_rec, opts)
+    return _Files(out_rec, opts)
 
 
-def lay_out_insightface(images_rec: str, out_rec: str) -> "faces.LayoutResult":
-    """Turn the plain ``images_rec`` of an insightface pack into ``out_rec`` in insightface's
-    layout, move its failure list to ``OUT.failed.tsv``, and remove it."""
-    laid = faces.convert(images_rec, out_rec, "insightface", overwrite=True)
-    if laid.sizes_seen > 1:
-        h, w = laid.size  # type: ignore[misc]
-        log.warning("%s: the images have %d different sizes; property says the most common, %dx%d", out_rec, laid.sizes_seen, h, w)
-    images = Outputs.for_rec(images_rec)
-    if os.path.exists(images.failed):
-        os.replace(images.failed, Outputs.for_rec(out_rec).failed)
-    remove_quietly(images.rec)
-    remove_quietly(images.idx)
-    return laid
+def _resumed_from(lst: str, start: int, stop: int, last_key: int | None, failed: list[tuple[int, str]]) -> tuple[int, list[str]]:
+    """Where an interrupted run stopped: the list position after its last record, and the
+    failures it listed before it (later ones will be tried again)."""
+    if last_key is None:
+        return start, []
+    failed_indices = {index for index, _ in failed}
+    done: set[int] = set()
+    for seq, (_, entry) in enumerate(iter_lst(lst, start, stop), start):  # this part's entries only
+        if entry.index in failed_indices:
+            done.add(entry.index)
+        if entry.index == last_key:
+            return seq + 1, [line for index, line in failed if index in done]
+    return start, []
 
 
-def _pack_insightface(lst: str, root: str, out_rec: str, opts: PackOptions, progress: Progress, started: float) -> PackSummary:
-    """The images in list order into ``OUT.images.rec`` (resumable as any pack), then laid out."""
-    finals = [*faces.insightface_outputs(out_rec), Outputs.for_rec(out_rec).failed]
-    images_rec = images_path(out_rec)
-    if opts.resume and all(os.path.exists(p) for p in finals) and not os.path.exists(images_rec) and not os.path.exists(images_rec + ".partial"):
-        summary = PackSummary(lst, root, Outputs.for_rec(out_rec), already_complete=True, complete=True)
-        return summary
-    if not opts.overwrite and not opts.resume:
-        for path in finals:
-            if os.path.exists(path):
-                raise PackError(f"{path} exists: pass --overwrite to replace it")
-    check_list(lst, opts)  # the identity labels, before anything is written (the plain pack checks the rest)
-    summary = pack(lst, root, images_rec, dataclasses.replace(opts, layout="plain"), progress)
-    if summary.packed == 0 and not summary.already_complete:  # nothing to lay out; keep the failure list
-        images = Outputs.for_rec(images_rec)
-        os.replace(images.failed, Outputs.for_rec(out_rec).failed)
-        remove_quietly(images.rec)
-        remove_quietly(images.idx)
-        summary.outputs = Outputs.for_rec(out_rec)
-        return summary
-    laid = lay_out_insightface(images_rec, out_rec)
-    summary.outputs = Outputs.for_rec(out_rec)
-    summary.bytes, summary.identities, summary.already_complete = laid.bytes, laid.identities, False
-    summary.seconds = time.perf_counter() - started
-    return summary
-
-
-def _pack_single(lst: str, root: str, opts: PackOptions, progress: Progress, summary: PackSummary, start: int, stop: int) -> None:
-    """Stages 2 and 3 into one ``.rec``/``.idx``, growing as ``.partial`` files, resumable."""
-    out = summary.outputs
-    resuming = _prepare_outputs(out, lst, root, opts)
-    rec_p, idx_p, failed_p = out.partials
+def _run(lst: str, root: str, dest: _Destination, opts: PackOptions, progress: Progress, summary: PackSummary, fingerprint: dict, start: int, stop: int) -> None:
+    """Stages 2 and 3: encode the list's images and write them, through one loop, into the
+    destination's sink: pack's resumable single file, or size-limited shards."""
+    out = dest.loop
+    sink: RecordSink
+    if opts.shard_size and isinstance(dest, _Files):
+        dest.remove_shards()
+        sink = ShardedWriter(out.rec, opts.shard_size)
+        resumable = False
+    else:
+        resuming = PackFiles.claim(out, fingerprint, opts.overwrite, opts.resume)
+        sink = files = PackFiles(out, dest.stream_to, opts.storage_options)
+        resumable = True
+    failures = FailureList(out.failed)
     try:
-        if not resuming:
-            with open(out.state, "w", encoding="utf-8") as f:
-                json.dump(_fingerprint(lst, root, opts), f)
-            open(rec_p, "wb").close()
-        with open(rec_p, "r+b", buffering=WRITE_BUFFER) as rec_file, open(idx_p + ".new", "w", encoding="utf-8", newline="\n") as idx_file, open(
-            failed_p + ".new", "w", encoding="utf-8", newline="\n"
-        ) as failed_file:
-            if resuming:
-                _resume(out, lst, rec_file, idx_file, failed_file, summary, start, stop)
-            else:
-                failed_file.write(FAILED_HEADER)
-            os.replace(idx_p + ".new", idx_p)
-            os.replace(failed_p + ".new", failed_p)
-            first = max(start, summary.resumed_from)
-            written: Callable[[int], None] = WriteBehind(rec_file)
-            if opts.stream_to:  # the .rec goes to the store as it grows; a resumed run sends it again
-                streamer = storage.Streamer(opts.stream_to, rec_p, opts.storage_options)
-                write_behind = written
-
-                def written(end: int) -> None:
-                    write_behind(end)
-                    streamer.feed(end, rec_file.flush)
-
-            try:
-                with recordio.RecordWriter(rec_file, idx_file) as writer:
-                    with _encoder(opts) as encode:  # before the bar: tqdm's monitor thread would rule out fork
-                        progress.start(summary.images, first - start)
-                        tasks = iter_tasks(lst, root, opts, first, stop)
-                        if storage.is_url(root):
-                            tasks = _fetching(tasks, opts, summary)
-                        _write(encode(tasks), writer, failed_file, summary, opts, progress, written)
-                    summary.bytes = writer.tell()
-            except BaseException:
-                if opts.stream_to:
-                    streamer.abort()
-                raise
-        if opts.stream_to:
-            streamer.finish(summary.bytes)  # the object appears, whole
-        for tmp, final in zip(out.partials, out.finals):
-            commit(tmp, final)
-        remove_quietly(out.state)
-    except OSError as e:
-        raise PackError(
-            f"{e.filename or rec_p}: {e.strerror or e}; the partial output is kept: "
-            f"rerun with --resume once this is fixed (or --overwrite to start again)"
-        ) from None
-
-
-def _pack_sharded(lst: str, root: str, opts: PackOptions, progress: Progress, summary: PackSummary) -> None:
-    """Stages 2 and 3 into size-limited shards and their manifest (not resumable: reruns start over)."""
-    out = summary.outputs
-    existing = existing_shard_outputs(out.rec) + [p for p in (out.failed, out.failed + ".partial") if os.path.exists(p)]
-    if existing and not opts.overwrite:
-        raise PackError(f"{existing[0]} exists: pass --overwrite to replace it")
-    for path in existing:
-        remove_quietly(path)
-    writer = ShardedWriter(out.rec, opts.shard_size)  # type: ignore[arg-type]
-    failed_p = out.failed + ".partial"
-    try:
-        with open(failed_p, "w", encoding="utf-8", newline="\n") as failed_file:
-            failed_file.write(FAILED_HEADER)
-            with _encoder(opts) as encode:
-                progress.start(summary.images, 0)
-                tasks = iter_tasks(lst, root, opts)
-                if storage.is_url(root):
-                    tasks = _fetching(tasks, opts, summary)
-                _write(encode(tasks), writer, failed_file, summary, opts, progress)
-            summary.bytes = writer.tell()
-        summary.manifest = writer.commit()
-        summary.shards = [s.rec for s in writer.shards]
-        commit(failed_p, out.failed)
-    except OSError as e:
-        writer.abort()
-        remove_quietly(failed_p)
-        raise PackError(f"{e.filename or out.rec}: {e.strerror or e}") from None
-    except BaseException:
-        writer.abort()
-        remove_quietly(failed_p)
+        first = start
+        if resumable:
+            resumed = files.open(fingerprint, resuming)
+            first, kept = _resumed_from(lst, start, stop, resumed.last_key, failures.previous()) if resuming else (start, [])
+            summary.packed = summary.resumed_packed = resumed.records
+            summary.resumed_from = first if resuming and resumed.last_key is not None else 0
+            for line in kept:
+                summary.failures[kind_of(line)] += 1
+            failures.start(kept)
+        else:
+            failures.start()
+        with _encoder(opts) as encode:  # before the bar: tqdm's monitor thread would rule out fork
+            progress.start(summary.images, first - start)
+            tasks = iter_tasks(lst, root, opts, first, stop)
+            if storage.is_url(root):
+                tasks = _fetching(tasks, opts, summary)
+            _write(encode(tasks), sink, failures, summary, opts, progress)
+        summary.bytes = sink.tell()
+        sink.commit()
+        failures.commit()
+    except BaseException as e:
+        sink.abort()
+        if resumable:
+            failures.close()
+        else:
+            failures.abort()
+        if isinstance(e, OSError):
+            hint = "; the partial output is kept: rerun with --resume once this is fixed (or --overwrite to start again)" if resumable else ""
+            raise PackError(f"{e.filename or partial(out.rec)}: {e.strerror or e}{hint}") from None
         raise
+    if isinstance(sink, ShardedWriter):
+        summary.manifest = manifest_path(out.rec)
+        summary.shards = [s.rec for s in sink.shards]
+
+
+# --------------------------------------------------------------------------- the pipeline
+
+
+def pack(
+    lst: str,
+    root: str,
+    out_rec: str | None = None,
+    options: PackOptions | None = None,
+    progress: Progress | None = None,
+) -> PackSummary:
+    """Pack the images of a ``.lst`` into ``OUT.rec`` and ``OUT.idx``.
+
+    One pipeline, top to bottom: where the records go (``_destination``: local files,
+    laid out as insightface's, sent to a store), the list checked (stage 1), its images
+    encoded (stage 2) and written in order (stage 3) by one loop, then the destination
+    finished (laid out, uploaded).
+
+    Args:
+        lst: the ``.lst`` file (or its URL).
+        root: the folder the list's paths are relative to (or a URL prefix).
+        out_rec: the output ``.rec`` (or a URL); default: the list's path with ``.rec``.
+        options: see PackOptions.
+        progress: told of the start and of every entry written.
+
+    Returns:
+        A PackSummary; failed images are listed in ``OUT.failed.tsv``.
+
+    Raises:
+        ListFormatError: the list is malformed (nothing is written).
+        PackError: a wrong ROOT, a write failed, or ``max_errors`` was passed. The
+            partial files are kept for ``resume``.
+        OutputExistsError: an output exists without ``overwrite``.
+        KeyboardInterrupt: on Ctrl-C; workers are stopped, partial files kept.
+    """
+    opts = options or PackOptions()
+    progress = progress or Progress()
+    started = time.perf_counter()
+    out_rec = out_rec or os.path.splitext(lst)[0] + ".rec"
+    if not storage.is_url(root) and not os.path.isdir(root):
+        raise PackError(f"{root}: no such folder")
+    dest = _destination(out_rec, opts)
+    summary = PackSummary(lst, root, dest.final, alpha_background=opts.image.alpha_background)
+    if dest.complete():
+        summary.already_complete = summary.complete = True  # an earlier run finished: nothing to do
+        return summary
+    dest.refuse()
+    with storage.StagedInput(lst, (), opts.storage_options) as listed:  # a URL list, read here many times
+        check = check_list(listed.path, opts)
+        start, stop = opts.part_slice(check.lines)
+        summary.images = stop - start
+        if check.extra_labels:
+            log.warning(
+                "%s: %d line(s) have more than one label; only the first is packed (use --pack-label or --label-width N to keep them all)",
+                lst,
+                check.extra_labels,
+            )
+        check_root(listed.path, root, opts, start, stop)
+        _make_output_folder(dest.loop.rec)
+        if dest.written():
+            summary.already_complete = True  # the records were written by an earlier run; what follows them was not
+        else:
+            _run(listed.path, root, dest, opts, progress, summary, _fingerprint(lst, listed.path, root, opts), start, stop)
+    dest.finish(summary)
+    _warn(summary)
+    summary.complete = True
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _make_output_folder(path: str) -> None:
+    try:
+        make_parents(path)
+    except OSError as e:
+        raise PackError(f"cannot create the output folder {e.filename}: {e.strerror}") from None
+
+
+def _warn(summary: PackSummary) -> None:
+    if summary.header_split:
+        keys = ", ".join(map(str, summary.header_split[:10])) + (", ..." if len(summary.header_split) > 10 else "")
+        log.warning(
+            "%s: %d record(s) split inside their header, because an index or label equals the RecordIO magic "
+            "0xCED7230A (keys %s): MXNet reads them, DALI's fn.readers.mxnet cannot; change those indices or labels "
+            "if DALI will read this file",
+            summary.outputs.rec,
+            len(summary.header_split),
+            keys,
+        )
+    if summary.transparent and summary.alpha_background is None:
+        log.warning("%s", transparency_warning(summary))
 
 
 # --------------------------------------------------------------------------- reporting
@@ -940,7 +851,7 @@ def summary_line(s: PackSummary, alpha_hint: str = ALPHA_HINT) -> str:
     )
 
 
-def _sha256(path: str) -> Optional[str]:
+def _sha256(path: str) -> str | None:
     if not os.path.exists(path):
         return None
     h = hashlib.sha256()
@@ -964,7 +875,7 @@ def _output_hashes(s: PackSummary) -> dict:
     }
 
 
-def write_stats(path: str, summary: PackSummary, options: PackOptions, argv: Optional[List[str]] = None) -> dict:
+def write_stats(path: str, summary: PackSummary, options: PackOptions, argv: list[str] | None = None) -> dict:
     """Write the JSON audit record of a run (atomically) and return it.
 
     It holds the im2rec version, the command line, every option, the counts

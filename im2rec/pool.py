@@ -33,6 +33,7 @@ parent waits in ``write()`` for the worker to read, while the worker waits in
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import faulthandler
 import multiprocessing
@@ -45,8 +46,9 @@ import threading
 import time
 import warnings
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, Generic, Iterable, Iterator, List, Optional, Tuple, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .errors import WorkerError
 
@@ -58,7 +60,7 @@ except ImportError:  # Windows
 T = TypeVar("T")
 R = TypeVar("R")
 
-Batch = List[Tuple[int, Any]]  # (sequence number, item)
+Batch = list[tuple[int, Any]]  # (sequence number, item)
 
 
 _PR_SET_PDEATHSIG = 1  # prctl option, from <linux/prctl.h>
@@ -85,8 +87,8 @@ def _worker_main(
     fn: Callable[[Any, Any], Any],
     context: Any,
     quiet: bool,
-    initializer: Optional[Callable[[], None]],
-    parent: Optional[int] = None,
+    initializer: Callable[[], None] | None,
+    parent: int | None = None,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker inherits the parent's handler
@@ -114,7 +116,7 @@ def _worker_main(
             return
 
 
-def _feed(tasks: Any, outbox: "queue.SimpleQueue[Optional[Batch]]") -> None:
+def _feed(tasks: Any, outbox: queue.SimpleQueue[Batch | None]) -> None:
     """A feeder thread: send the batches put in ``outbox`` to one worker, until None.
 
     Sending blocks while the worker is busy and its pipe is full; that is why it
@@ -134,11 +136,11 @@ def _feed(tasks: Any, outbox: "queue.SimpleQueue[Optional[Batch]]") -> None:
 @dataclass
 class _Worker:
     process: Any
-    conn: Any  # results come in here
+    conn: multiprocessing.connection.Connection  # results come in here
     tasks: Any  # batches go out here, sent by the feeder thread
-    outbox: "queue.SimpleQueue[Optional[Batch]]" = field(default_factory=queue.SimpleQueue)
-    feeder: Optional[threading.Thread] = None
-    batches: Deque[Tuple[Batch, bool]] = field(default_factory=deque)  # (batch, sent alone after a crash)
+    outbox: queue.SimpleQueue[Batch | None] = field(default_factory=queue.SimpleQueue)
+    feeder: threading.Thread | None = None
+    batches: deque[tuple[Batch, bool]] = field(default_factory=deque)  # (batch, sent alone after a crash)
     served: bool = False  # has returned results at least once
 
     def start_feeder(self) -> None:
@@ -157,13 +159,11 @@ def _grow_pipe(conn: Any) -> None:
     setpipe = getattr(fcntl, "F_SETPIPE_SZ", 1031) if fcntl is not None else None
     if setpipe is None:
         return
-    try:
+    with contextlib.suppress(OSError):  # above /proc/sys/fs/pipe-max-size, or not a pipe
         fcntl.fcntl(conn.fileno(), setpipe, 1 << 20)
-    except OSError:  # above /proc/sys/fs/pipe-max-size, or not a pipe
-        pass
 
 
-def default_context(preload: Tuple[str, ...] = (), fork_unsafe: Tuple[str, ...] = ()) -> Any:
+def default_context(preload: tuple[str, ...] = (), fork_unsafe: tuple[str, ...] = ()) -> Any:
     """Plain "fork" when this process is still clean, else "forkserver" (or "spawn").
 
     Forking a process that has already used OpenCV (or any library with a thread
@@ -192,7 +192,7 @@ def _average(mean: float, value: float) -> float:
     return 0.9 * mean + 0.1 * value if mean else float(value)
 
 
-def describe_exit(code: Optional[int]) -> str:
+def describe_exit(code: int | None) -> str:
     """How a process ended, from its exit code: "was killed by signal SIGSEGV", "exited with status 3"."""
     if code is not None and code < 0:
         try:
@@ -234,15 +234,15 @@ class OrderedPool(Generic[T, R]):
         workers: int,
         crashed: Callable[[T, str], R],
         *,
-        weigh: Optional[Callable[[R], int]] = None,
+        weigh: Callable[[R], int] | None = None,
         max_batch: int = 16,
         batch_bytes: int = 4 << 20,
         batch_seconds: float = 0.05,
         window: int = 8,
         quiet_workers: bool = True,
-        initializer: Optional[Callable[[], None]] = None,
-        preload: Tuple[str, ...] = (),
-        fork_unsafe: Tuple[str, ...] = (),
+        initializer: Callable[[], None] | None = None,
+        preload: tuple[str, ...] = (),
+        fork_unsafe: tuple[str, ...] = (),
         mp_context: Any = None,
     ):
         if workers < 1:
@@ -252,7 +252,7 @@ class OrderedPool(Generic[T, R]):
         self._window = window
         self._quiet, self._initializer = quiet_workers, initializer
         self._mp = mp_context or default_context(preload, fork_unsafe)
-        self._workers: List[_Worker] = []
+        self._workers: list[_Worker] = []
         self._avg_weight = 0.0  # bytes per result, moving average
         self._avg_seconds = 0.0  # work per item, moving average
         self.crashes = 0
@@ -297,9 +297,9 @@ class OrderedPool(Generic[T, R]):
     def map(self, items: Iterable[T]) -> Iterator[R]:
         """Yield ``fn(item, context)`` for every item, in order."""
         source = enumerate(items)
-        lookahead: Optional[Tuple[int, T]] = next(source, None)
-        retry: Deque[Tuple[int, T]] = deque()  # items to resend alone after a crash
-        done: Dict[int, R] = {}
+        lookahead: tuple[int, T] | None = next(source, None)
+        retry: deque[tuple[int, T]] = deque()  # items to resend alone after a crash
+        done: dict[int, R] = {}
         next_out = 0
         workers = len(self._workers)
 
@@ -321,7 +321,7 @@ class OrderedPool(Generic[T, R]):
                     w.outbox.put(batch)  # never blocks: the feeder thread sends it
             if not any(w.batches for w in self._workers):
                 break
-            waitables = {w.conn: w for w in self._workers if w.batches}
+            waitables: dict[Any, _Worker] = {w.conn: w for w in self._workers if w.batches}
             waitables.update({w.process.sentinel: w for w in self._workers if w.batches})
             for ready in multiprocessing.connection.wait(list(waitables)):
                 w = waitables[ready]
@@ -349,7 +349,7 @@ class OrderedPool(Generic[T, R]):
             yield done.pop(next_out)
             next_out += 1
 
-    def _replace(self, w: _Worker, retry: Deque[Tuple[int, T]], done: Dict[int, R]) -> None:
+    def _replace(self, w: _Worker, retry: deque[tuple[int, T]], done: dict[int, R]) -> None:
         """A worker died: start another, retry its items alone, fail the one that killed it alone."""
         w.process.join(timeout=5)
         reason = f"the worker process {describe_exit(w.process.exitcode)} while processing this item"
@@ -391,7 +391,7 @@ class OrderedPool(Generic[T, R]):
             w.tasks.close()
         self._workers = []
 
-    def __enter__(self) -> "OrderedPool[T, R]":
+    def __enter__(self) -> OrderedPool[T, R]:
         return self
 
     def __exit__(self, *exc: Any) -> None:

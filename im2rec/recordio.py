@@ -39,13 +39,15 @@ offset is the byte offset of the record's first part header.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import numbers
 import operator
 import os
 import struct
 import warnings
-from typing import IO, Any, Callable, Iterator, List, NamedTuple, Optional, Protocol, Sequence, Tuple, Union
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import IO, TYPE_CHECKING, Any, NamedTuple, Protocol, Union
 
 import numpy as np
 
@@ -62,24 +64,34 @@ from .errors import (
 )
 from .storage import is_url
 
+if TYPE_CHECKING:
+    from .storage import RemoteSource
+
 __all__ = [
     "MAGIC",
     "MAX_RECORD_SIZE",
+    "SIBLINGS",
+    "Headers",
     "IRHeader",
-    "pack",
-    "unpack",
-    "pack_img",
-    "unpack_img",
-    "frame",
-    "RecordWriter",
-    "RecordReader",
-    "RecordIndex",
-    "read_index",
-    "write_index",
-    "MXRecordIO",
-    "MXIndexedRecordIO",
     "Im2recError",
+    "MXIndexedRecordIO",
+    "MXRecordIO",
     "RecordIOError",
+    "RecordIndex",
+    "RecordReader",
+    "RecordWriter",
+    "format_index",
+    "frame",
+    "idx_path_of",
+    "insightface_header",
+    "pack",
+    "pack_img",
+    "read_headers",
+    "read_index",
+    "sibling",
+    "unpack",
+    "unpack_img",
+    "write_index",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -87,14 +99,19 @@ PathLike = Union[str, "os.PathLike[str]"]
 MAGIC = 0xCED7230A
 MAGIC_BYTES = struct.pack("<I", MAGIC)
 _PART_HEAD = struct.Struct("<II")  # magic, lrec
-_LENGTH_MASK = (1 << 29) - 1
+#: lrec's low 29 bits are the part's length, its top 3 bits the cflag.
+LENGTH_MASK = (1 << 29) - 1
 #: dmlc refuses records of 2**29 bytes or more: the length field has 29 bits.
-MAX_RECORD_SIZE = (1 << 29) - 1
-_PADDING = (b"", b"\0\0\0", b"\0\0", b"\0")  # indexed by length % 4
+MAX_RECORD_SIZE = LENGTH_MASK
+#: The zero bytes after a part of ``length`` bytes, indexed by ``length % 4``.
+PADDING = (b"", b"\0\0\0", b"\0\0", b"\0")
 _IOV_MAX = 1024  # buffers per writev call (Linux's IOV_MAX)
 
-_IRHEADER = struct.Struct("<IfQQ")  # flag, label, id, id2
-IRHEADER_SIZE = _IRHEADER.size  # 24
+IRHEADER_STRUCT = struct.Struct("<IfQQ")  # flag, label, id, id2
+IRHEADER_SIZE = IRHEADER_STRUCT.size  # 24
+#: A record in one part with its IRHeader, as numpy sees its first 32 bytes: the part
+#: header, then the IRHeader (what ``faces`` rewrites in place when it copies records).
+RECORD_HEAD = np.dtype([("magic", "<u4"), ("lrec", "<u4"), ("flag", "<u4"), ("label", "<f4"), ("id", "<u8"), ("id2", "<u8")])
 
 
 # --------------------------------------------------------------------------- #
@@ -127,7 +144,7 @@ def _check_id(name: str, value: Any) -> int:
     return value
 
 
-def pack(header: Union[IRHeader, Tuple[Any, Any, Any, Any]], s: bytes) -> bytes:
+def pack(header: IRHeader | tuple[Any, Any, Any, Any], s: bytes) -> bytes:
     """Pack an IRHeader and a payload into one record payload, as ``mx.recordio.pack``.
 
     A scalar label (any ``numbers.Number``) is stored in the header with flag 0.
@@ -149,12 +166,12 @@ def pack(header: Union[IRHeader, Tuple[Any, Any, Any, Any]], s: bytes) -> bytes:
     id_ = _check_id("id", id_)
     id2 = _check_id("id2", id2)
     if isinstance(label, numbers.Number):
-        return _IRHEADER.pack(0, label, id_, id2) + bytes(s)
+        return IRHEADER_STRUCT.pack(0, label, id_, id2) + bytes(s)
     labels = np.asarray(label, dtype=np.float32)
-    return _IRHEADER.pack(labels.size, 0.0, id_, id2) + labels.tobytes() + bytes(s)
+    return IRHEADER_STRUCT.pack(labels.size, 0.0, id_, id2) + labels.tobytes() + bytes(s)
 
 
-def unpack(s: bytes) -> Tuple[IRHeader, bytes]:
+def unpack(s: bytes) -> tuple[IRHeader, bytes]:
     """Split a record payload into its IRHeader and the bytes after it, as ``mx.recordio.unpack``.
 
     Args:
@@ -170,7 +187,7 @@ def unpack(s: bytes) -> Tuple[IRHeader, bytes]:
     """
     if len(s) < IRHEADER_SIZE:
         raise HeaderError(f"record of {len(s)} bytes is too short for the {IRHEADER_SIZE}-byte IRHeader")
-    header = IRHeader._make(_IRHEADER.unpack_from(s, 0))
+    header = IRHeader._make(IRHEADER_STRUCT.unpack_from(s, 0))
     flag = header.flag
     if flag == 0:
         return header, s[IRHEADER_SIZE:]
@@ -185,7 +202,7 @@ def unpack(s: bytes) -> Tuple[IRHeader, bytes]:
 
 
 def pack_img(
-    header: Union[IRHeader, Tuple[Any, Any, Any, Any]],
+    header: IRHeader | tuple[Any, Any, Any, Any],
     img: np.ndarray,
     quality: int = 95,
     img_fmt: str = ".jpg",
@@ -220,7 +237,7 @@ def pack_img(
     return pack(header, buf.tobytes())
 
 
-def unpack_img(s: bytes, iscolor: int = -1) -> Tuple[IRHeader, Optional[np.ndarray]]:
+def unpack_img(s: bytes, iscolor: int = -1) -> tuple[IRHeader, np.ndarray | None]:
     """Unpack a record and decode its image with ``cv2.imdecode``, as ``mx.recordio.unpack_img``.
 
     Args:
@@ -247,7 +264,7 @@ def unpack_img(s: bytes, iscolor: int = -1) -> Tuple[IRHeader, Optional[np.ndarr
 _NUMPY_SCAN_FROM = 1024  # bytes; below it bytes.find wins, above it a vectorised compare does
 
 
-def _escape_points(payload: bytes) -> List[int]:
+def _escape_points(payload: bytes | bytearray) -> list[int]:
     """Payload offsets where dmlc splits the record: the magic word at 4-aligned offsets.
 
     An aligned match always ends at or before ``len - len % 4``, so every aligned
@@ -267,24 +284,19 @@ def _escape_points(payload: bytes) -> List[int]:
     return points
 
 
-def framed_size(payload: bytes) -> int:
-    """The number of bytes ``payload`` takes in a ``.rec`` file, padding included."""
-    return 8 + 4 * len(_escape_points(payload)) + ((len(payload) + 3) & ~3)
-
-
-def _frame_parts(payload: bytes) -> List[Any]:
+def _frame_parts(payload: bytes | bytearray) -> list[Any]:
     """The pieces of one record as it lies in a ``.rec``: part headers, payload slices, padding."""
     n = len(payload)
     points = _escape_points(payload)
     if not points:
-        return [_PART_HEAD.pack(MAGIC, n), payload, _PADDING[n & 3]]
+        return [_PART_HEAD.pack(MAGIC, n), payload, PADDING[n & 3]]
     view = memoryview(payload)
-    parts: List[Any] = []
+    parts: list[Any] = []
     start = 0
     for i in points:
         parts += [_PART_HEAD.pack(MAGIC, (1 if start == 0 else 2) << 29 | (i - start)), view[start:i]]
         start = i + 4
-    parts += [_PART_HEAD.pack(MAGIC, 3 << 29 | (n - start)), view[start:], _PADDING[n & 3]]
+    parts += [_PART_HEAD.pack(MAGIC, 3 << 29 | (n - start)), view[start:], PADDING[n & 3]]
     return parts
 
 
@@ -297,12 +309,12 @@ def frame(payload: bytes) -> bytes:
     Raises:
         RecordTooLargeError: ``payload`` is 2**29 bytes or more.
     """
-    payload = _as_payload(payload)
-    if len(payload) > MAX_RECORD_SIZE:
+    data = _as_payload(payload)
+    if len(data) > MAX_RECORD_SIZE:
         raise RecordTooLargeError(
-            f"record of {len(payload)} bytes is too large: RecordIO records must be under 2**29 ({1 << 29}) bytes"
+            f"record of {len(data)} bytes is too large: RecordIO records must be under 2**29 ({1 << 29}) bytes"
         )
-    return b"".join(_frame_parts(payload))
+    return b"".join(_frame_parts(data))
 
 
 def splits_header(first_part_length: int, flag: int) -> bool:
@@ -317,16 +329,25 @@ def splits_header(first_part_length: int, flag: int) -> bool:
     return first_part_length < IRHEADER_SIZE + 4 * flag
 
 
+def _first_part_splits_header(length: int, head: bytes) -> bool:
+    # A first part of under 4 bytes holds not even the flag; else the flag says how long the header is.
+    return length < 4 or splits_header(length, int.from_bytes(head[:4], "little"))
+
+
 def framed_splits_header(framed: bytes) -> bool:
     """``splits_header`` for a record as ``frame`` returns it (cheap unless it is multi-part)."""
     lrec = int.from_bytes(framed[4:8], "little")
     if lrec >> 29 != 1:
         return False
-    length = lrec & _LENGTH_MASK
-    return length < 4 or splits_header(length, int.from_bytes(framed[8:12], "little"))
+    return _first_part_splits_header(lrec & LENGTH_MASK, framed[8:12])
 
 
-def _as_payload(buf: Any) -> bytes:
+def record_splits_header(reader: RecordReader, offset: int) -> bool:
+    """``splits_header`` for the multi-part record at ``offset`` of ``reader``."""
+    return _first_part_splits_header(reader.parts(offset)[0][2], reader.head_at(offset, 4))
+
+
+def _as_payload(buf: Any) -> bytes | bytearray:
     if isinstance(buf, (bytes, bytearray)):
         return buf
     if isinstance(buf, (memoryview, np.ndarray)):
@@ -346,16 +367,16 @@ class RecordWriter:
         idx: path of the ``.idx`` to create, a text file object, or None.
     """
 
-    def __init__(self, rec: Union[PathLike, IO[bytes]], idx: Union[PathLike, IO[str], None] = None):
+    def __init__(self, rec: PathLike | IO[bytes], idx: PathLike | IO[str] | None = None):
         self._own_rec = not hasattr(rec, "write")
-        self._rec: IO[bytes] = open(rec, "wb") if self._own_rec else rec  # type: ignore[arg-type]
+        self._rec: IO[bytes] = open(rec, "wb") if isinstance(rec, (str, os.PathLike)) else rec  # noqa: SIM115 (the writer owns it: closed by close())
         self.path = str(rec) if self._own_rec else str(getattr(rec, "name", "<stream>"))
         self._pos = 0 if self._own_rec else self._rec.tell()
         self._own_idx = idx is not None and not hasattr(idx, "write")
-        self._idx: Optional[IO[str]]
+        self._idx: IO[str] | None
         if self._own_idx:
             try:
-                self._idx = open(idx, "w", encoding="ascii", newline="\n")  # type: ignore[arg-type]
+                self._idx = open(idx, "w", encoding="ascii", newline="\n")  # type: ignore[arg-type]  # noqa: SIM115 (closed by close())
             except BaseException:
                 self._rec.close()
                 raise
@@ -385,8 +406,8 @@ class RecordWriter:
             RecordTooLargeError: ``payload`` is 2**29 bytes or more; nothing is written.
             TypeError: ``payload`` is not bytes-like.
         """
-        payload = _as_payload(payload)
-        n = len(payload)
+        data = _as_payload(payload)
+        n = len(data)
         pos = self._pos
         if n > MAX_RECORD_SIZE:
             raise RecordTooLargeError(
@@ -395,7 +416,7 @@ class RecordWriter:
             )
         w = self._rec.write
         size = 0
-        for part in _frame_parts(payload):
+        for part in _frame_parts(data):
             w(part)
             size += len(part)
         self._pos = pos + size
@@ -448,7 +469,7 @@ class RecordWriter:
             self._rec.write(framed)
             size = len(framed)
         self._pos = pos + size
-        self._idx.write("".join(f"{k}\t{pos + s}\n" for k, s in zip(keys, starts)))
+        self._idx.write(format_index(keys, (pos + s for s in starts)))
         return pos
 
     @staticmethod
@@ -479,7 +500,7 @@ class RecordWriter:
         if self._idx is None:
             raise ValueError(f"{self.path}: this RecordWriter has no .idx to write keys to")
         pos = write(data)
-        self._idx.write(f"{key}\t{pos}\n")
+        self._idx.write(f"{key}\t{pos}\n")  # format_index's line, without building a list per record
         return pos
 
     def flush(self) -> None:
@@ -500,7 +521,7 @@ class RecordWriter:
             if self._own_rec:
                 self._rec.close()
 
-    def __enter__(self) -> "RecordWriter":
+    def __enter__(self) -> RecordWriter:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -514,7 +535,7 @@ class RecordWriter:
 _INT64_DIGITS = 18  # tokens of up to 18 digits always fit in int64
 
 
-def _parse_index_fast(data: bytes) -> Optional[np.ndarray]:
+def _parse_index_fast(data: bytes) -> np.ndarray | None:
     """Parse a canonical ``.idx`` (``digits TAB digits LF`` lines) with numpy.
 
     Returns an (n, 2) int64 array, or None when the text is not canonical (CR,
@@ -535,29 +556,29 @@ def _parse_index_fast(data: bytes) -> Optional[np.ndarray]:
     if not ((kinds[0::2] == 9).all() and (kinds[1::2] == 10).all()):
         return None
     gaps = np.diff(seps)
-    if gaps.size and (gaps.min() < 2 or gaps.max() > _INT64_DIGITS + 1) or seps[0] > _INT64_DIGITS:
+    if (gaps.size and (gaps.min() < 2 or gaps.max() > _INT64_DIGITS + 1)) or seps[0] > _INT64_DIGITS:
         return None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        values = np.fromstring(data, dtype=np.int64, sep=" ")  # type: ignore[call-overload]
+        values = np.fromstring(data, dtype=np.int64, sep=" ")
     if values.size != seps.size:
         return None
     return values.reshape(-1, 2)
 
 
-def _parse_index_lines(data: bytes, path: str, key_type: Callable[[str], Any]) -> Tuple[List[Any], List[int], List[int]]:
+def _parse_index_lines(data: bytes, path: str, key_type: Callable[[str], Any]) -> tuple[list[Any], list[int], list[int]]:
     """Parse an ``.idx`` line by line: any whitespace, CRLF and blank lines accepted.
 
     Returns the keys, the offsets and the 1-based line number of each entry.
     """
-    keys: List[Any] = []
-    offsets: List[int] = []
-    lines: List[int] = []
+    keys: list[Any] = []
+    offsets: list[int] = []
+    lines: list[int] = []
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise IndexFormatError(f"{path}:{line}: not UTF-8 text (byte {e.start})") from None
+        at = data.count(b"\n", 0, e.start) + 1
+        raise IndexFormatError(f"{path}:{at}: not UTF-8 text (byte {e.start})") from None
     for lineno, line in enumerate(text.splitlines(), 1):
         fields = line.split()
         if not fields:
@@ -594,17 +615,17 @@ class RecordIndex:
         key_list: int64 array (integer keys) or list (other key types), in line order.
     """
 
-    def __init__(self, path: str, keys: Union[np.ndarray, List[Any]], offsets: np.ndarray, line_numbers: Optional[np.ndarray] = None):
+    def __init__(self, path: str, keys: np.ndarray | list[Any], offsets: np.ndarray, line_numbers: np.ndarray | None = None):
         self.path = path
         self.key_list = keys
         self.offsets = offsets
         # 1-based line of each entry, when it may differ from position + 1 (blank lines).
         self._line_numbers = line_numbers
-        self._table: Optional[np.ndarray] = None  # contiguous keys: entry of key - base
+        self._table: np.ndarray | None = None  # contiguous keys: entry of key - base
         self._base = 0
-        self._sorted_keys: Optional[np.ndarray] = None
-        self._sorted_entries: Optional[np.ndarray] = None
-        self._dict: Optional[dict] = None
+        self._sorted_keys: np.ndarray | None = None
+        self._sorted_entries: np.ndarray | None = None
+        self._dict: dict | None = None
         if isinstance(keys, np.ndarray):
             self._build_array_lookup(keys)
         else:
@@ -667,7 +688,7 @@ class RecordIndex:
             return int(self._line_numbers[entry])
         return entry + 1
 
-    def keys(self) -> List[Any]:
+    def keys(self) -> list[Any]:
         """Every key as a Python list, in line order (duplicates kept)."""
         k = self.key_list
         return k.tolist() if isinstance(k, np.ndarray) else list(k)
@@ -704,7 +725,7 @@ class RecordIndex:
             )
 
 
-def read_index(path: PathLike, key_type: Callable[[str], Any] = int, storage_options: Optional[dict] = None) -> RecordIndex:
+def read_index(path: PathLike, key_type: Callable[[str], Any] = int, storage_options: dict | None = None) -> RecordIndex:
     """Read a ``.idx`` file.
 
     Args:
@@ -731,26 +752,75 @@ def read_index(path: PathLike, key_type: Callable[[str], Any] = int, storage_opt
         if pairs is not None:
             return RecordIndex(path, np.ascontiguousarray(pairs[:, 0]), np.ascontiguousarray(pairs[:, 1]))
     keys, offsets, lines = _parse_index_lines(data, path, key_type)
-    key_array: Union[np.ndarray, List[Any]] = keys
+    key_array: np.ndarray | list[Any] = keys
     if key_type is int and all(-(1 << 63) <= k < 1 << 63 for k in keys):
         key_array = np.array(keys, dtype=np.int64)
     return RecordIndex(path, key_array, np.array(offsets, dtype=np.int64), np.array(lines, dtype=np.int64))
 
 
+def format_index(keys: Iterable[Any], offsets: Iterable[int]) -> str:
+    """The ``.idx`` text of these entries: one ``key<TAB>offset<LF>`` line each, in order.
+
+    Every ``.idx`` im2rec writes is made of these lines (``RecordWriter`` writes one per
+    record as it goes): the one place the line format is written down.
+    """
+    keys = keys.tolist() if isinstance(keys, np.ndarray) else keys
+    offsets = offsets.tolist() if isinstance(offsets, np.ndarray) else offsets
+    return "".join(f"{k}\t{o}\n" for k, o in zip(keys, offsets))
+
+
 def write_index(path: PathLike, keys: Any, offsets: Any) -> None:
-    """Write a ``.idx`` file: one ``key<TAB>offset<LF>`` line per entry.
+    """Write a ``.idx`` file (``format_index``'s lines) under ``path``, replacing it.
 
     Args:
         path: the ``.idx`` to create.
         keys: the keys, in line order.
         offsets: the byte offsets, same length as ``keys``.
     """
-    keys = keys.tolist() if isinstance(keys, np.ndarray) else keys
-    offsets = offsets.tolist() if isinstance(offsets, np.ndarray) else offsets
     if len(keys) != len(offsets):
         raise ValueError(f"{len(keys)} keys but {len(offsets)} offsets")
     with open(path, "w", encoding="ascii", newline="\n") as f:
-        f.writelines(f"{k}\t{o}\n" for k, o in zip(keys, offsets))
+        f.write(format_index(keys, offsets))
+
+
+# --------------------------------------------------------------------------- #
+# File names
+# --------------------------------------------------------------------------- #
+
+#: The files that go with ``OUT.rec``, each ``OUT`` + suffix (``property``: the folder's).
+SIBLINGS = {
+    "idx": ".idx",  # the index
+    "failed": ".failed.tsv",  # pack: the images that could not be packed
+    "resume": ".resume.json",  # pack: the command of an unfinished run, for --resume
+    "layout": ".layout",  # a part of a pack --layout insightface run
+    "images": ".images.rec",  # pack --layout insightface: the images in list order, before the layout
+    "shards": ".shards.json",  # pack --shard-size: the manifest
+    "sources": ".sources.tsv",  # combine: the label map
+    "classes": ".classes.tsv",  # list: label<TAB>folder (PREFIX.classes.tsv, found beside PREFIX.rec)
+    "property": "property",  # insightface: num_classes,height,width, beside the .rec
+}
+
+
+def sibling(rec: PathLike, kind: str) -> str:
+    """The path of the ``kind`` file that goes with ``rec`` (see ``SIBLINGS``): same folder,
+    same stem, for a path or a URL alike. ``property`` is the folder's own file (a local
+    path is made absolute for it, as insightface's readers look for it beside the ``.rec``).
+
+    Raises:
+        KeyError: an unknown kind.
+    """
+    rec = os.fspath(rec)
+    suffix = SIBLINGS[kind]
+    if kind == "property":
+        if is_url(rec):
+            return rec.rsplit("/", 1)[0] + "/" + suffix
+        return os.path.join(os.path.dirname(os.path.abspath(rec)), suffix)
+    return os.path.splitext(rec)[0] + suffix
+
+
+def idx_path_of(rec: PathLike) -> str:
+    """The ``.idx`` of a ``.rec``: same folder, same stem (as Gluon's RecordFileDataset)."""
+    return sibling(rec, "idx")
 
 
 # --------------------------------------------------------------------------- #
@@ -768,14 +838,9 @@ class ByteSource(Protocol):
 
     def __len__(self) -> int: ...
 
-    def __getitem__(self, s: slice) -> bytes: ...
+    def __getitem__(self, s: slice, /) -> bytes: ...
 
-    def find(self, sub: bytes, start: int = 0) -> int: ...
-
-    def close(self) -> None: ...
-
-    def hint(self, start: int, end: int) -> None:
-        """Optional (remote sources): the next read is of ``[start, end)``."""
+    def find(self, sub: bytes, start: int = ..., /) -> int: ...
 
 
 class RecordReader:
@@ -800,57 +865,102 @@ class RecordReader:
     def __init__(
         self,
         rec: PathLike,
-        idx: Optional[PathLike] = None,
+        idx: PathLike | None = None,
         *,
         key_type: Callable[[str], Any] = int,
-        storage_options: Optional[dict] = None,
+        storage_options: dict | None = None,
     ):
         self.path = os.fspath(rec)
         self.idx_path = os.fspath(idx) if idx is not None else None
         self.key_type = key_type
         self.storage_options = storage_options
         self._map()
-        self.index: Optional[RecordIndex] = None
-        self._ends: Optional[np.ndarray] = None  # remote: the .idx offsets, sorted
+        self.index: RecordIndex | None = None
+        self._ends: np.ndarray | None = None  # remote: the .idx offsets, sorted
         if self.idx_path is not None:
             self.index = read_index(self.idx_path, key_type, storage_options=storage_options)
             self.index.validate(self.size, self.path)
 
+    def require_index(self) -> RecordIndex:
+        """The parsed ``.idx``.
+
+        Raises:
+            ValueError: the reader was opened without one.
+        """
+        if self.index is None:
+            raise ValueError(f"{self.path}: reading by key needs the .idx file")
+        return self.index
+
     def _map(self) -> None:
-        # The byte source: a read-only memory map locally; for a URL, storage.RemoteSource,
-        # which slices and finds the same way with ranged reads (and has no buffer to unpack from).
+        # The byte source: a read-only memory map locally (``_buffer``, which numpy and struct
+        # read in place); for a URL, storage.RemoteSource (``_remote``), which slices and
+        # finds the same way with ranged reads.
+        self._remote: RemoteSource | None = None
+        self._buffer: mmap.mmap | bytes | None = None
+        self._source: ByteSource
         if is_url(self.path):
             from .storage import RemoteSource
 
-            self._mm: Any = RemoteSource(self.path, self.storage_options)
-            self.size = self._mm.size
-            self._buffered = False
+            self._source = self._remote = RemoteSource(self.path, self.storage_options)
+            self.size = self._remote.size
             return
         with open(self.path, "rb") as f:
             self.size = os.fstat(f.fileno()).st_size
             # mmap refuses empty files; an empty .rec is valid and holds no record.
-            self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if self.size else b""
-        self._buffered = True
+            self._source = self._buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if self.size else b""
 
-    def _head(self, pos: int) -> Tuple[int, int]:
+    @property
+    def source(self) -> ByteSource:
+        """What the ``.rec`` is read through: its read-only memory map, or for a URL the
+        ranged reads of ``storage.RemoteSource`` (the same slicing and ``find``)."""
+        return self._source
+
+    @property
+    def remote(self) -> bool:
+        """Whether the ``.rec`` is read from a URL (every read a request) rather than mapped."""
+        return self._remote is not None
+
+    def words(self, first: int, count: int) -> np.ndarray:
+        """``count`` little-endian uint32 words from byte ``4 * first``: a view of the memory
+        map (no copy; drop it before ``close``), or read from the store for a URL."""
+        if self._buffer is not None:
+            return np.frombuffer(self._buffer, dtype="<u4", count=count, offset=first * 4)
+        return np.frombuffer(self._source[first * 4 : (first + count) * 4], dtype="<u4")
+
+    def buffer(self) -> memoryview:
+        """The whole local ``.rec`` as a read-only memoryview, to copy records out of without a
+        copy per record (release it before ``close``).
+
+        Raises:
+            TypeError: the ``.rec`` is a URL (read it with ``read_at`` or ``view_at``).
+        """
+        if self._buffer is None:
+            raise TypeError(f"{self.path}: a URL has no memory map")
+        return memoryview(self._buffer)
+
+    def _head(self, pos: int) -> tuple[int, int]:
         """(magic, lrec) of the part header at ``pos`` (which the caller keeps inside the file)."""
-        if self._buffered:
-            return _PART_HEAD.unpack_from(self._mm, pos)  # type: ignore[return-value]
-        return _PART_HEAD.unpack(self._mm[pos : pos + 8])  # type: ignore[return-value]
+        if self._buffer is not None:
+            return _PART_HEAD.unpack_from(self._buffer, pos)
+        return _PART_HEAD.unpack(self._source[pos : pos + 8])
+
+    def _hint(self, pos: int) -> None:
+        if self._remote is not None:  # one request for exactly this record
+            self._remote.hint(pos, self._record_end(pos))
 
     def close(self) -> None:
         """Unmap the file (idempotent)."""
-        mm, self._mm = self._mm, b""
+        remote, buffer = self._remote, self._buffer
+        self._source = self._buffer = b""
+        self._remote = None
         self.size = 0
-        if not self._buffered:
-            mm.close()
-        elif isinstance(mm, mmap.mmap):
-            try:
-                mm.close()
-            except BufferError:  # a view of it is still alive (RecordDataset); unmapped when it goes
-                pass
+        if remote is not None:
+            remote.close()
+        elif isinstance(buffer, mmap.mmap):
+            with contextlib.suppress(BufferError):  # a view of it is still alive (RecordDataset); unmapped when it goes
+                buffer.close()
 
-    def __enter__(self) -> "RecordReader":
+    def __enter__(self) -> RecordReader:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -858,7 +968,8 @@ class RecordReader:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        del state["_mm"]
+        for name in ("_source", "_buffer", "_remote"):
+            del state[name]
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -867,7 +978,7 @@ class RecordReader:
 
     # -- reading one record ------------------------------------------------ #
 
-    def _part_head(self, pos: int, record: int) -> Tuple[int, int]:
+    def _part_head(self, pos: int, record: int) -> tuple[int, int]:
         """(cflag, length) of the part at ``pos``, after checking it fits in the file."""
         size = self.size
         if pos + 8 > size:
@@ -882,7 +993,7 @@ class RecordReader:
                 f"{self.path}: no record at byte {pos}: expected the magic 0xced7230a, found 0x{magic:08x}",
                 pos,
             )
-        length = lrec & _LENGTH_MASK
+        length = lrec & LENGTH_MASK
         if pos + 8 + ((length + 3) & ~3) > size:
             raise TruncatedRecordError(
                 f"{self.path}: truncated record at byte {record}: the part at byte {pos} holds "
@@ -891,7 +1002,7 @@ class RecordReader:
             )
         return lrec >> 29, length
 
-    def read_at(self, pos: int) -> Tuple[bytes, int]:
+    def read_at(self, pos: int) -> tuple[bytes, int]:
         """Read the record whose first part header is at byte ``pos``.
 
         Returns:
@@ -904,14 +1015,14 @@ class RecordReader:
         cflag, length = self._part_head(pos, pos)
         start = pos + 8
         if cflag == 0:
-            return self._mm[start : start + length], start + ((length + 3) & ~3)
+            return self._source[start : start + length], start + ((length + 3) & ~3)
         if cflag != 1:
             raise BadFlagError(
                 f"{self.path}: byte {pos} holds a part with cflag {cflag}, not the start of a record "
                 f"(cflag 0 or 1)",
                 pos,
             )
-        chunks = [self._mm[start : start + length]]
+        chunks = [self._source[start : start + length]]
         p = start + length  # a non-final part is a multiple of 4 long: no padding
         while True:
             cflag, length = self._part_head(p, pos)
@@ -923,7 +1034,7 @@ class RecordReader:
                     p,
                 )
             chunks.append(MAGIC_BYTES)
-            chunks.append(self._mm[p + 8 : p + 8 + length])
+            chunks.append(self._source[p + 8 : p + 8 + length])
             p += 8 + ((length + 3) & ~3)
             if cflag == 3:
                 return b"".join(chunks), p
@@ -936,17 +1047,14 @@ class RecordReader:
             IndexOffsetError: the key's offset is not a record head.
             RecordIOError: the record is damaged.
         """
-        index = self.index
-        if index is None:
-            raise ValueError(f"{self.path}: reading by key needs the .idx file")
+        index = self.require_index()
         entry = index.entry(key)
         pos = int(index.offsets[entry])
-        if not self._buffered:  # remote: one request for exactly this record
-            self._mm.hint(pos, self._record_end(pos))
+        self._hint(pos)
         # Fast path: a whole record in one part (cflag 0), as nearly every image is.
         magic, lrec = self._head(pos)  # validate() keeps pos + 8 in the file
-        if magic == MAGIC and lrec <= _LENGTH_MASK and pos + 8 + ((lrec + 3) & ~3) <= self.size:
-            return self._mm[pos + 8 : pos + 8 + lrec]
+        if magic == MAGIC and lrec <= LENGTH_MASK and pos + 8 + ((lrec + 3) & ~3) <= self.size:
+            return self._source[pos + 8 : pos + 8 + lrec]
         try:
             return self.read_at(pos)[0]
         except (BadMagicError, BadFlagError) as e:
@@ -971,13 +1079,13 @@ class RecordReader:
             raise TypeError(f"{self.path}: the number of records is only known with the .idx")
         return len(self.index)
 
-    def keys(self) -> List[Any]:
+    def keys(self) -> list[Any]:
         """The ``.idx`` keys in line order."""
         if self.index is None:
             raise ValueError(f"{self.path}: keys need the .idx file")
         return self.index.keys()
 
-    def scan(self, start: int = 0) -> Iterator[Tuple[int, bytes]]:
+    def scan(self, start: int = 0) -> Iterator[tuple[int, bytes]]:
         """Yield ``(offset, payload)`` for every record from byte ``start`` to the end, in file order.
 
         Raises:
@@ -995,7 +1103,7 @@ class RecordReader:
         for _, payload in self.scan():
             yield payload
 
-    def parts(self, pos: int) -> List[Tuple[int, int, int]]:
+    def parts(self, pos: int) -> list[tuple[int, int, int]]:
         """``(offset, cflag, length)`` of every part of the record at ``pos``, reading part headers only.
 
         Raises:
@@ -1023,7 +1131,7 @@ class RecordReader:
             if cflag == 3:
                 return parts
 
-    def extent(self, pos: int) -> Tuple[int, int]:
+    def extent(self, pos: int) -> tuple[int, int]:
         """``(payload length, next offset)`` of the record at ``pos``, reading part headers only."""
         parts = self.parts(pos)
         last, _, length = parts[-1]
@@ -1034,24 +1142,24 @@ class RecordReader:
         without copying the rest when the record is in one part."""
         cflag, length = self._part_head(pos, pos)
         if cflag == 0:
-            return self._mm[pos + 8 : pos + 8 + min(n, length)]
+            return self._source[pos + 8 : pos + 8 + min(n, length)]
         return self.read_at(pos)[0][:n]
 
-    def view_at(self, pos: int) -> Union[memoryview, bytes]:
+    def view_at(self, pos: int) -> memoryview | bytes:
         """The payload of the record at ``pos`` without a copy when it is in one part
         (a memoryview of the map: release it before closing the reader)."""
-        if not self._buffered:
-            self._mm.hint(pos, self._record_end(pos))
+        if self._buffer is None:
+            self._hint(pos)
             return self.read_at(pos)[0]
         cflag, length = self._part_head(pos, pos)
         if cflag == 0:
-            return memoryview(self._mm)[pos + 8 : pos + 8 + length]
+            return memoryview(self._buffer)[pos + 8 : pos + 8 + length]
         return self.read_at(pos)[0]
 
     def next_head(self, pos: int) -> int:
         """The offset of the first record head (4-aligned magic, cflag 0 or 1) at or after
         ``pos``, or the file size if there is none: where to resume after damage."""
-        mm, size = self._mm, self.size
+        mm, size = self._source, self.size
         pos = (pos + 3) & ~3
         while pos + 8 <= size:
             i = mm.find(MAGIC_BYTES, pos)
@@ -1062,7 +1170,7 @@ class RecordReader:
             pos = (i + 4) & ~3 if i & 3 == 0 else (i + 3) & ~3
         return size
 
-    def walk(self, start: int = 0) -> Iterator[Tuple[int, int, int, Optional[RecordIOError]]]:
+    def walk(self, start: int = 0) -> Iterator[tuple[int, int, int, RecordIOError | None]]:
         """Visit every record from ``start`` in file order without copying payloads, surviving damage.
 
         Yields:
@@ -1080,6 +1188,103 @@ class RecordReader:
             else:
                 yield pos, length, nxt, None
             pos = nxt
+
+
+def insightface_header(reader: RecordReader) -> tuple[int, int] | None:
+    """``(first identity key, end)`` if record 0 is an insightface header, else None.
+
+    insightface's ``RecBuilder`` writes, as record 0, ``IRHeader(flag=2, label=[first, end])``
+    (float32 labels) with ``id2`` 1: images are keys ``1..first-1`` and identity records
+    ``first..end-1``. It needs the ``.idx`` (key 0 is looked up).
+    """
+    index = reader.index
+    if index is None or 0 not in index:
+        return None
+    try:
+        head = reader.head_at(index.offset(0), IRHEADER_SIZE + 8)
+    except RecordIOError:  # a damaged record 0 is no header; readers report it where they read it
+        return None
+    if len(head) < IRHEADER_SIZE + 8:
+        return None
+    flag = IRHEADER_STRUCT.unpack_from(head)[0]
+    if flag < 2:
+        return None
+    first, end = struct.unpack_from("<ff", head, IRHEADER_SIZE)
+    if not (1 <= first <= end) or first != int(first) or end != int(end):
+        return None
+    return int(first), int(end)
+
+
+class Headers(NamedTuple):
+    """The IRHeaders of many records, as arrays (one entry per record, in the order asked).
+
+    Attributes:
+        label: float64: the scalar label, or ``label[0]`` when ``flag`` > 0.
+        id, id2: uint64.
+        body: int64: where the bytes after the header and its labels start in the payload.
+        length: int64: the payload's length.
+        single: bool: the record is in one part, so that its payload lies at ``offset + 8``.
+    """
+
+    label: np.ndarray
+    id: np.ndarray
+    id2: np.ndarray
+    body: np.ndarray
+    length: np.ndarray
+    single: np.ndarray
+
+
+def read_headers(reader: RecordReader, offsets: np.ndarray) -> Headers:
+    """The IRHeaders of the records at ``offsets``: all at once with numpy where a record is
+    in one part (what nearly every image record is), the others one by one.
+
+    Raises:
+        RecordIOError: a record is damaged; HeaderError: a payload is too short for an IRHeader.
+    """
+    n = len(offsets)
+    out = Headers(np.zeros(n, np.float64), np.zeros(n, np.uint64), np.zeros(n, np.uint64), np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, bool))
+    if not n:
+        return out
+    if reader.size < 8:
+        raise TruncatedRecordError(f"{reader.path}: no record at byte 0", 0)
+    words = reader.words(0, reader.size // 4)
+    try:
+        w = offsets // 4
+        ok = w + 1 < len(words)
+        w_ok = np.where(ok, w, 0)
+        magic, lrec = words[w_ok], words[w_ok + 1]
+        length = (lrec & LENGTH_MASK).astype(np.int64)
+        single = ok & (magic == MAGIC) & ((lrec >> 29) == 0) & (length >= IRHEADER_SIZE)
+        single &= offsets + 8 + length <= reader.size
+        head = np.where(single, w, 0)[:, None] + np.arange(2, 8)[None, :]
+        h = words[head]  # flag, label, id lo, id hi, id2 lo, id2 hi
+        flag = h[:, 0].astype(np.int64)
+        single &= length >= IRHEADER_SIZE + 4 * flag
+        label = h[:, 1].view(np.float32).astype(np.float64)
+        has_labels = single & (flag > 0)
+        if has_labels.any():  # label[0], after the header
+            first = words[np.where(has_labels, w + 8, 0)].view(np.float32).astype(np.float64)
+            label = np.where(has_labels, first, label)
+        out.label[:] = label
+        out.id[:] = h[:, 2].astype(np.uint64) | (h[:, 3].astype(np.uint64) << np.uint64(32))
+        out.id2[:] = h[:, 4].astype(np.uint64) | (h[:, 5].astype(np.uint64) << np.uint64(32))
+        out.body[:] = IRHEADER_SIZE + 4 * flag
+        out.length[:] = length
+        out.single[:] = single
+        del h, head, magic, lrec
+    finally:
+        del words
+    for i in np.flatnonzero(~out.single).tolist():  # multi-part or damaged: the careful way
+        offset = int(offsets[i])
+        payload = reader.read_at(offset)[0]
+        if len(payload) < IRHEADER_SIZE:
+            raise HeaderError(f"{reader.path}: the record at byte {offset} is {len(payload)} bytes, too short for an IRHeader")
+        header, _ = unpack(payload)
+        out.label[i] = float(header.label[0]) if header.flag else float(header.label)
+        out.id[i], out.id2[i] = header.id, header.id2
+        out.body[i] = IRHEADER_SIZE + 4 * header.flag
+        out.length[i] = len(payload)
+    return out
 
 
 # --------------------------------------------------------------------------- #
@@ -1110,7 +1315,7 @@ class MXRecordIO:
         ValueError: ``flag`` is not ``'r'`` or ``'w'``.
     """
 
-    def __init__(self, uri: PathLike, flag: str, *, storage_options: Optional[dict] = None):
+    def __init__(self, uri: PathLike, flag: str, *, storage_options: dict | None = None):
         self.uri = os.fspath(uri)
         self.storage_options = storage_options  # for a URL (s3://...): fsspec's options
         if flag not in ("r", "w"):
@@ -1118,8 +1323,8 @@ class MXRecordIO:
         self.flag = flag
         self.writable = flag == "w"
         self.is_open = False
-        self._reader: Optional[RecordReader] = None
-        self._writer: Optional[RecordWriter] = None
+        self._reader: RecordReader | None = None
+        self._writer: RecordWriter | None = None
         self._pos = 0
         self.open()
 
@@ -1151,12 +1356,10 @@ class MXRecordIO:
         self.open()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass
 
-    def __enter__(self) -> "MXRecordIO":
+    def __enter__(self) -> MXRecordIO:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -1187,7 +1390,7 @@ class MXRecordIO:
         """Append one record (``buf`` must be bytes)."""
         self._require(True).write(buf)
 
-    def read(self) -> Optional[bytes]:
+    def read(self) -> bytes | None:
         """Return the next record, or None at the end of the file.
 
         Raises:
@@ -1227,11 +1430,11 @@ class MXIndexedRecordIO(MXRecordIO):
             the environment's settings are used otherwise.
     """
 
-    def __init__(self, idx_path: PathLike, uri: PathLike, flag: str, key_type: Callable[[Any], Any] = int, *, storage_options: Optional[dict] = None):
+    def __init__(self, idx_path: PathLike, uri: PathLike, flag: str, key_type: Callable[[Any], Any] = int, *, storage_options: dict | None = None):
         self.idx_path = os.fspath(idx_path)
         self.key_type = key_type
-        self._keys: Optional[List[Any]] = None
-        self._idx: Optional[dict] = None
+        self._keys: list[Any] | None = None
+        self._idx: dict | None = None
         super().__init__(uri, flag, storage_options=storage_options)
 
     def open(self) -> None:
@@ -1246,14 +1449,14 @@ class MXIndexedRecordIO(MXRecordIO):
         self.is_open = True
 
     @property
-    def keys(self) -> List[Any]:
+    def keys(self) -> list[Any]:
         """The keys in ``.idx`` line order (duplicates kept)."""
         if self._keys is None:
             self._keys = self._require(False).keys()
         return self._keys
 
     @keys.setter
-    def keys(self, value: List[Any]) -> None:
+    def keys(self, value: list[Any]) -> None:
         self._keys = value
 
     @property

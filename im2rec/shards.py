@@ -16,28 +16,31 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any
 
 import numpy as np
 
-from . import __version__, storage
-from .errors import Im2recError
+from . import __version__, faces, storage
+from .errors import Im2recError, OptionError
 from .fsutil import commit, make_parents, remove_quietly, start_writeback
-from .recordio import RecordWriter, read_index
+from .outputs import FAILED_HEADER, partial, refuse_existing
+from .recordio import RecordWriter, format_index, idx_path_of, read_index, sibling
 
 __all__ = [
-    "part_path",
-    "layout_path",
-    "parts_layout",
-    "shard_path",
-    "manifest_path",
-    "parse_size",
-    "merge_parts",
     "MergeResult",
     "ShardedWriter",
     "existing_shard_outputs",
+    "layout_path",
+    "manifest_path",
+    "merge",
+    "merge_parts",
+    "parse_size",
+    "part_path",
+    "parts_layout",
     "read_manifest",
+    "shard_path",
 ]
 
 _PART_RE = re.compile(r"-(\d{5})-of-(\d{5})\.rec$")
@@ -55,10 +58,10 @@ def layout_path(part_rec: str) -> str:
     """``out-00001-of-00003.rec`` -> ``out-00001-of-00003.layout``: written beside a part of a
     ``pack --layout insightface`` run (its records are the images, plain, in list order), so
     that ``merge`` lays the whole out as the single pack would, without being told."""
-    return os.path.splitext(part_rec)[0] + ".layout"
+    return sibling(part_rec, "layout")
 
 
-def parts_layout(parts: Sequence[str], storage_options: Optional[dict] = None) -> str:
+def parts_layout(parts: Sequence[str], storage_options: dict | None = None) -> str:
     """The layout the parts were packed for: ``"insightface"`` when each has its ``.layout``
     file saying so, ``"plain"`` when none has one.
 
@@ -77,7 +80,7 @@ def parts_layout(parts: Sequence[str], storage_options: Optional[dict] = None) -
     return kinds[0] if kinds else "plain"
 
 
-def _layout_of(part: str, storage_options: Optional[dict]) -> str:
+def _layout_of(part: str, storage_options: dict | None) -> str:
     path = layout_path(part)
     return storage.read_any(path, storage_options).decode("ascii").strip() if storage.there(path, storage_options) else "plain"
 
@@ -88,7 +91,7 @@ def shard_path(out_rec: str, index: int) -> str:
 
 
 def manifest_path(out_rec: str) -> str:
-    return os.path.splitext(out_rec)[0] + ".shards.json"
+    return sibling(out_rec, "shards")
 
 
 def parse_size(text: str) -> int:
@@ -117,14 +120,53 @@ def _stem(rec: str) -> str:
 @dataclass
 class MergeResult:
     rec: str
-    parts: List[str]
+    parts: list[str]
     records: int = 0
     bytes: int = 0
     failures: int = 0
     server_side: bool = False  # joined by the store itself (S3 upload-part-copy)
+    layout: str = "plain"
+    identities: int | None = None  # insightface: identity records written
 
 
-def _order_parts(parts: Sequence[str]) -> List[str]:
+def merge(out_rec: str, parts: Sequence[str], layout: str | None = None, overwrite: bool = False, storage_options: dict | None = None) -> MergeResult:
+    """Join the parts of one pack run into ``out_rec``: what ``im2rec merge`` and ``--dask`` do.
+
+    Args:
+        out_rec: the output ``.rec`` (its ``.idx`` and ``.failed.tsv`` beside it); a URL
+            when the parts are URLs (``?`` and ``*`` in their names are expanded there).
+        parts: the parts' ``.rec`` files; named ``OUT-0000I-of-0000N.rec`` they are put
+            in order and must all be there.
+        layout: ``"plain"`` or ``"insightface"``; default: the parts' own (``parts_layout``).
+            The parts of an insightface pack hold its images, plain, in list order: once
+            joined they are laid out as one face set, byte for byte the single pack.
+        overwrite: replace existing outputs.
+
+    Raises:
+        Im2recError: as ``merge_parts``.
+        OptionError: parts and output not all local or all URLs; the insightface layout
+            for parts in a store.
+    """
+    remote = storage.is_url(out_rec)
+    if remote or any(storage.is_url(p) for p in parts):
+        if not (remote and all(storage.is_url(p) for p in parts)):
+            raise OptionError("merging in an object store needs the output and every part as URLs of it (or all of them local)")
+        parts = storage.expand(list(parts), storage_options)
+    layout = layout or parts_layout(parts, storage_options)
+    if layout == "plain":
+        return merge_parts_remote(out_rec, parts, overwrite, storage_options) if remote else merge_parts(out_rec, parts, overwrite)
+    if remote:
+        raise OptionError("the insightface layout merges local parts only (for now): copy the parts here, merge, then upload")
+    refuse_existing(faces.insightface_outputs(out_rec), overwrite)
+    images = sibling(out_rec, "images")
+    result = merge_parts(images, parts, overwrite=True)
+    laid = faces.lay_out(images, out_rec)
+    result.rec, result.layout, result.identities, result.bytes = out_rec, layout, laid.identities, laid.bytes
+    result.records = laid.images
+    return result
+
+
+def _order_parts(parts: Sequence[str]) -> list[str]:
     """Parts named ``-0000I-of-0000N``: sorted, and all N present. Other names: as given."""
     found = [(_PART_RE.search(p), p) for p in parts]
     if not all(m for m, _ in found):
@@ -143,12 +185,12 @@ def _order_parts(parts: Sequence[str]) -> List[str]:
     return [by_index[i] for i in range(count)]
 
 
-def _joined_index(ordered: Sequence[str], exists: Any, size_of: Any, storage_options: Optional[dict] = None) -> Tuple[list, list, int, np.ndarray]:
+def _joined_index(ordered: Sequence[str], exists: Any, size_of: Any, storage_options: dict | None = None) -> tuple[list, list, int, np.ndarray]:
     """Each part's keys and offsets shifted by the sizes of the parts before it; the total size; every key."""
     keys, offsets = [], []
     base = 0
     for part in ordered:
-        idx = _stem(part) + ".idx"
+        idx = idx_path_of(part)
         for path in (part, idx):
             if not exists(path):
                 raise Im2recError(storage.missing(path))
@@ -171,7 +213,7 @@ def _joined_index(ordered: Sequence[str], exists: Any, size_of: Any, storage_opt
 MIN_COPY_PART = 5 << 20
 
 
-def merge_parts_remote(out_rec: str, parts: Sequence[str], overwrite: bool = False, storage_options: Optional[dict] = None) -> MergeResult:
+def merge_parts_remote(out_rec: str, parts: Sequence[str], overwrite: bool = False, storage_options: dict | None = None) -> MergeResult:
     """``merge_parts`` for parts and an output in an object store.
 
     The ``.rec`` is joined by the store itself where it can (S3: a multipart upload whose
@@ -187,38 +229,35 @@ def merge_parts_remote(out_rec: str, parts: Sequence[str], overwrite: bool = Fal
     ordered = _order_parts(list(parts))
     if not ordered:
         raise Im2recError("merge needs at least one part")
-    out_idx, out_failed = _stem(out_rec) + ".idx", _stem(out_rec) + ".failed.tsv"
+    out_idx, out_failed = idx_path_of(out_rec), sibling(out_rec, "failed")
     fs, _ = storage.filesystem(out_rec, storage_options)
-    if not overwrite:
-        for path in (out_rec, out_idx):
-            if storage.exists(path, storage_options):
-                raise Im2recError(f"{path} exists: pass --overwrite to replace it")
+    refuse_existing((out_rec, out_idx), overwrite, lambda path: storage.exists(path, storage_options))
     if out_rec in ordered:
         raise Im2recError(f"{out_rec} is one of the parts")
 
     def size_of(url: str) -> int:
-        return int(fs.size(fs._strip_protocol(url)))
+        return int(fs.size(storage.object_path(url)))
 
     keys, offsets, base, all_keys = _joined_index(ordered, lambda u: storage.exists(u, storage_options), size_of, storage_options)
     result = MergeResult(out_rec, ordered)
     sizes = [size_of(p) for p in ordered]
     if hasattr(fs, "merge") and all(s >= MIN_COPY_PART for s in sizes[:-1]) and len(ordered) > 1:
         try:
-            fs.merge(fs._strip_protocol(out_rec), [fs._strip_protocol(p) for p in ordered])
-        except Exception as e:  # noqa: BLE001
+            fs.merge(storage.object_path(out_rec), [storage.object_path(p) for p in ordered])
+        except Exception as e:
             raise storage.StorageError(f"{out_rec}: joining the parts in the store failed: {e}") from None
         result.server_side = True
     else:
-        storage.upload_stream(_Concatenated([lambda p=p: fs.open(fs._strip_protocol(p), "rb") for p in ordered]), out_rec, storage_options)
+        storage.upload_stream(_Concatenated([lambda p=p: fs.open(storage.object_path(p), "rb") for p in ordered]), out_rec, storage_options)
     failed = io.StringIO()
     for part in ordered:
-        path = _stem(part) + ".failed.tsv"
+        path = sibling(part, "failed")
         if storage.exists(path, storage_options):
             lines = storage.read_bytes(path, storage_options).decode("utf-8").splitlines()[1:]
             failed.writelines(line + "\n" for line in lines)
             result.failures += len(lines)
-    storage.write_bytes(out_failed, ("index\tpath\treason\n" + failed.getvalue()).encode("utf-8"), storage_options)
-    text = "".join(f"{a}\t{b}\n" for k, o in zip(keys, offsets) for a, b in zip(k.tolist(), o.tolist()))
+    storage.write_bytes(out_failed, (FAILED_HEADER + failed.getvalue()).encode("utf-8"), storage_options)
+    text = "".join(format_index(k, o) for k, o in zip(keys, offsets))
     storage.write_bytes(out_idx, text.encode("ascii"), storage_options)  # last: readers look for it
     result.records, result.bytes = int(all_keys.size), base
     return result
@@ -228,7 +267,8 @@ class _Concatenated:
     """A readable stream of several opened-on-demand streams, one after the other."""
 
     def __init__(self, openers: Sequence[Any]):
-        self._openers, self._current = list(openers), None
+        self._openers = list(openers)
+        self._current: Any = None
 
     def read(self, n: int = -1) -> bytes:
         while True:
@@ -256,16 +296,13 @@ def merge_parts(out_rec: str, parts: Sequence[str], overwrite: bool = False) -> 
     ordered = _order_parts([os.fspath(p) for p in parts])
     if not ordered:
         raise Im2recError("merge needs at least one part")
-    out_idx, out_failed = _stem(out_rec) + ".idx", _stem(out_rec) + ".failed.tsv"
-    if not overwrite:
-        for path in (out_rec, out_idx):
-            if os.path.exists(path):
-                raise Im2recError(f"{path} exists: pass --overwrite to replace it")
+    out_idx, out_failed = idx_path_of(out_rec), sibling(out_rec, "failed")
+    refuse_existing((out_rec, out_idx), overwrite)
     if os.path.abspath(out_rec) in {os.path.abspath(p) for p in ordered}:
         raise Im2recError(f"{out_rec} is one of the parts")
     result = MergeResult(out_rec, ordered)
     keys, offsets, base, all_keys = _joined_index(ordered, os.path.exists, os.path.getsize)
-    tmp_rec, tmp_idx, tmp_failed = out_rec + ".partial", out_idx + ".partial", out_failed + ".partial"
+    tmp_rec, tmp_idx, tmp_failed = partial(out_rec), partial(out_idx), partial(out_failed)
     try:
         make_parents(out_rec)
         with open(tmp_rec, "wb") as out:
@@ -274,11 +311,11 @@ def merge_parts(out_rec: str, parts: Sequence[str], overwrite: bool = False) -> 
                     shutil.copyfileobj(f, out, 1 << 24)
         with open(tmp_idx, "w", encoding="ascii", newline="\n") as f:
             for k, o in zip(keys, offsets):
-                f.writelines(f"{a}\t{b}\n" for a, b in zip(k.tolist(), o.tolist()))
-        failed_parts = [_stem(p) + ".failed.tsv" for p in ordered]
+                f.write(format_index(k, o))
+        failed_parts = [sibling(p, "failed") for p in ordered]
         if any(os.path.exists(p) for p in failed_parts):
             with open(tmp_failed, "w", encoding="utf-8", newline="\n") as out:
-                out.write("index\tpath\treason\n")
+                out.write(FAILED_HEADER)
                 for path in failed_parts:
                     if os.path.exists(path):
                         with open(path, encoding="utf-8") as f:
@@ -319,8 +356,8 @@ class ShardedWriter:
 
     out_rec: str
     limit: int
-    shards: List[_Shard] = field(default_factory=list)
-    _writer: Optional[RecordWriter] = None
+    shards: list[_Shard] = field(default_factory=list)
+    _writer: RecordWriter | None = None
 
     def tell(self) -> int:
         """Bytes written over all shards."""
@@ -341,28 +378,28 @@ class ShardedWriter:
     def _rotate(self) -> None:
         if self._writer is not None:
             self._writer.close()
-            start_writeback(self.shards[-1].rec + ".partial")  # so that commit() does not wait for every shard
+            start_writeback(partial(self.shards[-1].rec))  # so that commit() does not wait for every shard
         rec = shard_path(self.out_rec, len(self.shards))
-        self.shards.append(_Shard(rec, _stem(rec) + ".idx"))
-        self._writer = RecordWriter(rec + ".partial", _stem(rec) + ".idx.partial")
+        self.shards.append(_Shard(rec, idx_path_of(rec)))
+        self._writer = RecordWriter(partial(rec), partial(idx_path_of(rec)))
 
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
 
-    def partials(self) -> List[str]:
-        return [p for s in self.shards for p in (s.rec + ".partial", s.idx + ".partial")]
+    def partials(self) -> list[str]:
+        return [partial(p) for s in self.shards for p in (s.rec, s.idx)]
 
-    def commit(self) -> str:
-        """Rename every shard into place and write the manifest; returns its path."""
+    def commit(self) -> None:
+        """Rename every shard into place and write the manifest (``manifest_path``)."""
         self.close()
         for s in self.shards:
-            commit(s.rec + ".partial", s.rec)
-            commit(s.idx + ".partial", s.idx)
+            commit(partial(s.rec), s.rec)
+            commit(partial(s.idx), s.idx)
         path = manifest_path(self.out_rec)
         folder = os.path.dirname(os.path.abspath(path))
-        manifest: Dict[str, Any] = {
+        manifest: dict[str, Any] = {
             "im2rec": __version__,
             "format": "im2rec shards 1",
             "records": sum(s.records for s in self.shards),
@@ -373,11 +410,10 @@ class ShardedWriter:
                 for s in self.shards
             ],
         }
-        with open(path + ".partial", "w", encoding="utf-8") as f:
+        with open(partial(path), "w", encoding="utf-8") as f:
             json.dump(manifest, f, indent=1)
             f.write("\n")
-        commit(path + ".partial", path)
-        return path
+        commit(partial(path), path)
 
     def abort(self) -> None:
         self.close()
@@ -385,7 +421,7 @@ class ShardedWriter:
             remove_quietly(p)
 
 
-def existing_shard_outputs(out_rec: str) -> List[str]:
+def existing_shard_outputs(out_rec: str) -> list[str]:
     """Shard files or a manifest of ``out_rec`` that exist already."""
     stem = _stem(out_rec)
     folder = os.path.dirname(os.path.abspath(out_rec))
@@ -397,7 +433,7 @@ def existing_shard_outputs(out_rec: str) -> List[str]:
     return found
 
 
-def read_manifest(path: str) -> List[str]:
+def read_manifest(path: str) -> list[str]:
     """The ``.rec`` shards listed in a manifest, as paths.
 
     Raises:

@@ -13,18 +13,18 @@ import math
 import os
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any
 
 import numpy as np
 
 from . import storage
-from .dataset import insightface_header
 from .errors import HeaderError, Im2recError, ImageError, RecordIOError
 from .fsutil import atomic_open
-from .image import ImageOptions, _cv2, decode
+from .image import ImageOptions, decode, opencv
 from .inspection import Problem, label_name, open_rec, record_entries
-from .recordio import RecordReader, unpack
+from .recordio import RecordReader, insightface_header, unpack
 
 __all__ = ["SheetResult", "contact_sheet", "find_classes", "read_classes"]
 
@@ -44,15 +44,15 @@ class SheetResult:
 
     path: str
     tiles: int = 0
-    marked: List[Problem] = field(default_factory=list)  # records shown as a marked tile, and why
+    marked: list[Problem] = field(default_factory=list)  # records shown as a marked tile, and why
     columns: int = 0
     rows: int = 0
     width: int = 0
     height: int = 0
-    classes: Optional[str] = None  # the class map used for captions
+    classes: str | None = None  # the class map used for captions
 
 
-def find_classes(path: str, storage_options: Optional[dict] = None) -> Optional[str]:
+def find_classes(path: str, storage_options: dict | None = None) -> str | None:
     """The ``PREFIX.classes.tsv`` that ``im2rec list`` wrote for the list or ``.rec`` at ``path``
     (a path or a URL), if there is one."""
     stem = os.path.splitext(path)[0]
@@ -66,13 +66,13 @@ def find_classes(path: str, storage_options: Optional[dict] = None) -> Optional[
         stem = shorter
 
 
-def read_classes(path: str, storage_options: Optional[dict] = None) -> Dict[float, str]:
+def read_classes(path: str, storage_options: dict | None = None) -> dict[float, str]:
     """``label -> folder`` from a ``label TAB folder`` file (a path or a URL).
 
     Raises:
         Im2recError: a line is not ``label TAB folder``, naming ``file:line``.
     """
-    names: Dict[float, str] = {}
+    names: dict[float, str] = {}
     text = storage.read_any(path, storage_options).decode("utf-8")
     for lineno, line in enumerate(text.splitlines(), 1):
         fields = line.split("\t")
@@ -83,7 +83,7 @@ def read_classes(path: str, storage_options: Optional[dict] = None) -> Dict[floa
     return names
 
 
-def _caption(key: Any, labels: Sequence[float], names: Dict[float, str]) -> str:
+def _caption(key: Any, labels: Sequence[float], names: dict[float, str]) -> str:
     first = names.get(labels[0], label_name(labels[0]))
     if first == ".":  # images directly in ROOT, as classes.tsv names them
         first = f"{label_name(labels[0])} (root)"
@@ -93,7 +93,7 @@ def _caption(key: Any, labels: Sequence[float], names: Dict[float, str]) -> str:
 
 def _fit(img: np.ndarray, tile: int) -> np.ndarray:
     """The image shrunk (never enlarged beyond the tile) to fit a tile x tile square, as 3-channel BGR uint8."""
-    cv2 = _cv2()
+    cv2 = opencv()
     if img.dtype != np.uint8:
         img = (img / 257).astype(np.uint8) if img.dtype == np.uint16 else np.clip(img, 0, 255).astype(np.uint8)
     if img.ndim == 2:
@@ -106,9 +106,9 @@ def _fit(img: np.ndarray, tile: int) -> np.ndarray:
     return cv2.resize(img, size, interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
 
 
-def _text(canvas: np.ndarray, text: str, x: int, y: int, width: int, color: Tuple[int, int, int]) -> None:
+def _text(canvas: np.ndarray, text: str, x: int, y: int, width: int, color: tuple[int, int, int]) -> None:
     """ASCII text (OpenCV's Hershey fonts have no other glyphs), cut to ``width`` pixels."""
-    cv2 = _cv2()
+    cv2 = opencv()
     text = text.encode("ascii", "replace").decode("ascii")
     font, scale = cv2.FONT_HERSHEY_SIMPLEX, 0.38
     while text and cv2.getTextSize(text, font, scale, 1)[0][0] > width:
@@ -117,7 +117,7 @@ def _text(canvas: np.ndarray, text: str, x: int, y: int, width: int, color: Tupl
 
 
 def _marked(tile: int, why: str) -> np.ndarray:
-    cv2 = _cv2()
+    cv2 = opencv()
     img = np.full((tile, tile, 3), MARK, np.uint8)
     cv2.line(img, (0, 0), (tile - 1, tile - 1), (255, 255, 255), 2)
     cv2.line(img, (0, tile - 1), (tile - 1, 0), (255, 255, 255), 2)
@@ -125,7 +125,7 @@ def _marked(tile: int, why: str) -> np.ndarray:
     return img
 
 
-def _tile_image(reader: RecordReader, key: Any, offset: int, names: Dict[float, str], tile: int, marked: List[Problem]) -> Tuple[np.ndarray, str]:
+def _tile_image(reader: RecordReader, key: Any, offset: int, names: dict[float, str], tile: int, marked: list[Problem]) -> tuple[np.ndarray, str]:
     try:
         header, body = unpack(reader.read_at(offset)[0])
     except (RecordIOError, HeaderError) as e:
@@ -147,8 +147,8 @@ def contact_sheet(
     samples: int = 64,
     seed: int = 0,
     tile: int = 128,
-    classes: Optional[str] = None,
-    storage_options: Optional[dict] = None,
+    classes: str | None = None,
+    storage_options: dict | None = None,
 ) -> SheetResult:
     """Draw ``samples`` records of ``rec``, chosen with ``seed``, on one image written to ``out``.
 
@@ -171,10 +171,10 @@ def contact_sheet(
         Im2recError: ``rec`` is missing or holds no record, the class map is
             malformed, or ``out`` has an extension OpenCV cannot write.
     """
-    cv2 = _cv2()
+    cv2 = opencv()
     reader, index = open_rec(rec, storage_options=storage_options)
     with reader:
-        problems: List[Problem] = []
+        problems: list[Problem] = []
         entries = list(record_entries(reader, problems))
         face = insightface_header(reader) if index is not None else None
         if face:

@@ -14,38 +14,40 @@ them: the environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, profiles) or
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
+from typing import Any, TypeVar
 
-from .errors import Im2recError
+from .errors import OutputExistsError, StorageError
 
 __all__ = [
+    "RemoteSource",
+    "StagedInput",
+    "StagedOutput",
+    "Streamer",
+    "exists",
+    "expand",
+    "fetch_in_order",
+    "filesystem",
     "is_url",
     "join",
-    "expand",
-    "there",
-    "read_any",
-    "missing",
-    "RemoteSource",
-    "filesystem",
     "list_files",
+    "merge_options",
+    "missing",
+    "parse_storage_option",
+    "read_any",
     "read_bytes",
-    "write_bytes",
-    "exists",
-    "fetch_in_order",
+    "staging_base",
+    "there",
     "upload",
     "upload_stream",
-    "Streamer",
-    "StagedOutput",
-    "StagedInput",
-    "staging_base",
-    "parse_storage_option",
-    "merge_options",
+    "write_bytes",
 ]
 
 _URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
@@ -53,16 +55,12 @@ READAHEAD = 4 << 20  # bytes fetched at once when reading in order
 T = TypeVar("T")
 
 
-class StorageError(Im2recError):
-    """A URL that cannot be read: a missing object or bucket, denied access, a missing driver."""
-
-
 def is_url(path: Any) -> bool:
     """Whether ``path`` is a URL (``scheme://...``) rather than a local path; ``file://`` counts as a URL."""
     return isinstance(path, str) and bool(_URL.match(path))
 
 
-def parse_storage_option(text: str) -> Tuple[str, Any]:
+def parse_storage_option(text: str) -> tuple[str, Any]:
     """``"KEY=VALUE"`` -> ``(KEY, VALUE)``, VALUE as JSON when it parses (``anon=true``), else a string.
     ``client_kwargs.endpoint_url=...``-style dotted keys become nested dicts in ``merge_options``."""
     if "=" not in text:
@@ -76,9 +74,9 @@ def parse_storage_option(text: str) -> Tuple[str, Any]:
         return key.strip(), value
 
 
-def merge_options(pairs: Any) -> Dict[str, Any]:
+def merge_options(pairs: Any) -> dict[str, Any]:
     """Storage options from ``(key, value)`` pairs; a dotted key fills a nested dict."""
-    options: Dict[str, Any] = {}
+    options: dict[str, Any] = {}
     for key, value in pairs:
         target = options
         *outer, last = key.split(".")
@@ -88,7 +86,7 @@ def merge_options(pairs: Any) -> Dict[str, Any]:
     return options
 
 
-def filesystem(url: str, storage_options: Optional[Mapping[str, Any]] = None, fresh: bool = False) -> Tuple[Any, str]:
+def filesystem(url: str, storage_options: Mapping[str, Any] | None = None, fresh: bool = False) -> tuple[Any, str]:
     """``(fsspec filesystem, path within it)`` for ``url``.
 
     Raises:
@@ -110,7 +108,14 @@ def filesystem(url: str, storage_options: Optional[Mapping[str, Any]] = None, fr
     if fresh:
         options["skip_instance_cache"] = True
     fs = cls(**options)
-    return fs, fs._strip_protocol(url)
+    return fs, object_path(url)
+
+
+def object_path(url: str) -> str:
+    """The path a filesystem of ``url``'s store names it by (the URL without its scheme)."""
+    from fsspec.core import strip_protocol
+
+    return str(strip_protocol(url))
 
 
 def _translate(url: str, e: BaseException) -> StorageError:
@@ -121,15 +126,15 @@ def _translate(url: str, e: BaseException) -> StorageError:
     return StorageError(f"{url}: {type(e).__name__}: {e}")
 
 
-def exists(url: str, storage_options: Optional[Mapping[str, Any]] = None) -> bool:
+def exists(url: str, storage_options: Mapping[str, Any] | None = None) -> bool:
     fs, path = filesystem(url, storage_options)
     try:
         return bool(fs.exists(path))
-    except Exception as e:  # noqa: BLE001 - the driver's own errors, made one clear message
+    except Exception as e:
         raise _translate(url, e) from None
 
 
-def check_bucket(url: str, storage_options: Optional[Mapping[str, Any]] = None) -> None:
+def check_bucket(url: str, storage_options: Mapping[str, Any] | None = None) -> None:
     """Fail at once, before any work, when the bucket (container) of ``url`` is missing or
     cannot be reached with these credentials.
 
@@ -142,13 +147,13 @@ def check_bucket(url: str, storage_options: Optional[Mapping[str, Any]] = None) 
     bucket = path.strip("/").split("/", 1)[0]
     try:
         there = fs.exists(bucket)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise _translate(f"{url.split('://', 1)[0]}://{bucket}", e) from None
     if not there:
         raise StorageError(f"{url}: the bucket {bucket} does not exist (or these credentials cannot see it)")
 
 
-def read_bytes(url: str, storage_options: Optional[Mapping[str, Any]] = None) -> bytes:
+def read_bytes(url: str, storage_options: Mapping[str, Any] | None = None) -> bytes:
     """The whole object (for small files: a ``.idx``, a ``.lst``, a manifest).
 
     Raises:
@@ -157,11 +162,11 @@ def read_bytes(url: str, storage_options: Optional[Mapping[str, Any]] = None) ->
     fs, path = filesystem(url, storage_options)
     try:
         return fs.cat_file(path)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise _translate(url, e) from None
 
 
-def write_bytes(url: str, data: bytes, storage_options: Optional[Mapping[str, Any]] = None) -> None:
+def write_bytes(url: str, data: bytes, storage_options: Mapping[str, Any] | None = None) -> None:
     """Write a small object in one request (on S3 a single PUT: it appears whole or not at all).
 
     Raises:
@@ -170,11 +175,11 @@ def write_bytes(url: str, data: bytes, storage_options: Optional[Mapping[str, An
     fs, path = filesystem(url, storage_options)
     try:
         fs.pipe_file(path, data)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise _translate(url, e) from None
 
 
-def list_files(url: str, recursive: bool = True, storage_options: Optional[Mapping[str, Any]] = None) -> List[str]:
+def list_files(url: str, recursive: bool = True, storage_options: Mapping[str, Any] | None = None) -> list[str]:
     """The objects under the prefix ``url`` (a "folder"), as ``/``-separated paths relative to it.
 
     Raises:
@@ -184,19 +189,19 @@ def list_files(url: str, recursive: bool = True, storage_options: Optional[Mappi
     path = path.rstrip("/")
     try:
         found = fs.find(path, maxdepth=None if recursive else 1, withdirs=False)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise _translate(url, e) from None
     return [p[len(path) + 1 :] for p in found if p.startswith(path + "/")]
 
 
-def expand(urls: Iterable[str], storage_options: Optional[Mapping[str, Any]] = None) -> List[str]:
+def expand(urls: Iterable[str], storage_options: Mapping[str, Any] | None = None) -> list[str]:
     """URLs with ``*``, ``?`` or ``[...]`` replaced by the objects they match, sorted (a shell
     cannot expand them: they name objects in a store); other URLs as they are.
 
     Raises:
         StorageError: a pattern matches nothing.
     """
-    found: List[str] = []
+    found: list[str] = []
     for url in urls:
         if not any(c in url.split("://", 1)[-1] for c in "*?["):
             found.append(url)
@@ -204,7 +209,7 @@ def expand(urls: Iterable[str], storage_options: Optional[Mapping[str, Any]] = N
         fs, path = filesystem(url, storage_options)
         try:
             matches = sorted(fs.glob(path))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise _translate(url, e) from None
         if not matches:
             raise StorageError(f"{url}: no object matches")
@@ -213,12 +218,12 @@ def expand(urls: Iterable[str], storage_options: Optional[Mapping[str, Any]] = N
     return found
 
 
-def there(path: str, storage_options: Optional[Mapping[str, Any]] = None) -> bool:
+def there(path: str, storage_options: Mapping[str, Any] | None = None) -> bool:
     """Whether ``path`` exists: a local path, or a URL's object."""
     return exists(path, storage_options) if is_url(path) else os.path.exists(path)
 
 
-def read_any(path: str, storage_options: Optional[Mapping[str, Any]] = None) -> bytes:
+def read_any(path: str, storage_options: Mapping[str, Any] | None = None) -> bytes:
     """The bytes of a small file: a local path, or a URL's object."""
     if is_url(path):
         return read_bytes(path, storage_options)
@@ -242,10 +247,9 @@ RETRY_DELAY = 0.2  # seconds before the first retry; doubled each time
 
 
 class FetchStats:
-    """What ``fetch_in_order`` did: objects fetched, requests retried."""
+    """What ``fetch_in_order`` did: requests retried after a transient failure."""
 
     def __init__(self) -> None:
-        self.fetched = 0
         self.retried = 0
 
 
@@ -261,12 +265,12 @@ FETCH_AHEAD = 32 << 20
 def fetch_in_order(
     items: Iterable[T],
     url_of: Callable[[T], str],
-    storage_options: Optional[Mapping[str, Any]] = None,
+    storage_options: Mapping[str, Any] | None = None,
     batch: int = 32,
     ahead: int = FETCH_AHEAD,
     window: int = 2,
-    stats: Optional[FetchStats] = None,
-) -> Iterator[Tuple[T, Union[bytes, StorageError]]]:
+    stats: FetchStats | None = None,
+) -> Iterator[tuple[T, bytes | StorageError]]:
     """Yield ``(item, bytes)`` for each item, in order, fetching up to ``batch`` objects at
     once (concurrently, where the store's driver is asynchronous, as s3fs and gcsfs are) in
     a background thread.
@@ -286,28 +290,28 @@ def fetch_in_order(
     import time
 
     stats = stats if stats is not None else FetchStats()
-    out: "queue.Queue[Any]" = queue.Queue()
+    out: queue.Queue[Any] = queue.Queue()
     stop = threading.Event()
     room = threading.Condition()
     held = [0, 0]  # bytes and batches fetched and not yet taken by the consumer
-    fs_cache: Dict[str, Any] = {}
+    fs_cache: dict[str, Any] = {}
 
-    def fs_for(url: str) -> Tuple[Any, str]:
+    def fs_for(url: str) -> tuple[Any, str]:
         if "fs" not in fs_cache:
             fs_cache["fs"] = _single_attempt(filesystem(url, _single_attempt_options(url, storage_options), fresh=True)[0])
         fs = fs_cache["fs"]
-        return fs, fs._strip_protocol(url)
+        return fs, object_path(url)
 
-    def fetch(urls: List[str]) -> List[Union[bytes, StorageError]]:
+    def fetch(urls: list[str]) -> list[bytes | StorageError]:
         fs, _ = fs_for(urls[0])
-        paths = [fs._strip_protocol(u) for u in urls]
-        results: Dict[str, Any] = {}
+        paths = [object_path(u) for u in urls]
+        results: dict[str, Any] = {}
         todo = list(dict.fromkeys(paths))
         delay = RETRY_DELAY
         for attempt in range(RETRIES + 1):
             try:
                 got = fs.cat(todo, on_error="return") if len(todo) > 1 else {todo[0]: fs.cat_file(todo[0])}
-            except Exception as e:  # noqa: BLE001 - a failure of the whole batch: each is retried
+            except Exception as e:
                 got = {p: e for p in todo}
             results.update(got)
             todo = [p for p in todo if isinstance(results.get(p), BaseException) and not _permanent(results[p])]
@@ -337,12 +341,11 @@ def fetch_in_order(
                 with room:
                     held[0] += got
                     held[1] += 1
-                stats.fetched += len(chunk)
                 fetched, fetched_bytes = fetched + len(chunk), fetched_bytes + got
                 size = max(1, min(batch, int(ahead // 4 // max(1, fetched_bytes // fetched))))
                 out.put(list(zip(chunk, data)))
             out.put(None)
-        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+        except BaseException as e:
             out.put(e)
 
     thread = threading.Thread(target=feed, name="im2rec-fetch", daemon=True)
@@ -367,7 +370,7 @@ def fetch_in_order(
         thread.join(5)
 
 
-def _single_attempt_options(url: str, storage_options: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+def _single_attempt_options(url: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
     """For fetching images: botocore's own retries off (unless the options set them), so that
     every retry is ours, with its backoff, and counted."""
     options = dict(storage_options or {})
@@ -384,27 +387,27 @@ def _single_attempt(fs: Any) -> Any:
     return fs
 
 
-def remove(urls: List[str], storage_options: Optional[Mapping[str, Any]] = None) -> None:
+def remove(urls: list[str], storage_options: Mapping[str, Any] | None = None) -> None:
     """Delete the objects of ``urls`` that exist (one store)."""
     if not urls:
         return
     fs, _ = filesystem(urls[0], storage_options)
-    paths = [fs._strip_protocol(u) for u in urls]
+    paths = [object_path(u) for u in urls]
     try:
         fs.rm([p for p in paths if fs.exists(p)])
     except FileNotFoundError:
         pass
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise _translate(urls[0], e) from None
 
 
-def upload(local: str, url: str, storage_options: Optional[Mapping[str, Any]] = None) -> None:
+def upload(local: str, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
     """Copy a local file to ``url`` so that the object appears only complete; see ``upload_stream``."""
     with open(local, "rb") as src:
         upload_stream(src, url, storage_options)
 
 
-def upload_stream(src: Any, url: str, storage_options: Optional[Mapping[str, Any]] = None, block_size: Optional[int] = None) -> None:
+def upload_stream(src: Any, url: str, storage_options: Mapping[str, Any] | None = None, block_size: int | None = None) -> None:
     """Copy a readable binary stream to ``url`` so that the object appears only complete: on S3
     a multipart upload completed at the end and aborted on any failure or interrupt (no
     orphaned parts left behind).
@@ -420,7 +423,7 @@ def upload_stream(src: Any, url: str, storage_options: Optional[Mapping[str, Any
         if getattr(fs, "root_marker", "") == "/":  # file://, memory://: folders are real there
             fs.makedirs(fs._parent(path), exist_ok=True)
         f = fs.open(path, "wb", **({"block_size": block_size} if block_size else {}))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise _translate(url, e) from None
     try:
         shutil.copyfileobj(src, f, 16 << 20)
@@ -434,7 +437,7 @@ def upload_stream(src: Any, url: str, storage_options: Optional[Mapping[str, Any
         raise
     try:
         f.close()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise _translate(url, e) from None
 
 
@@ -452,13 +455,13 @@ class Streamer:
     # flight, read into memory, costs 16 MB for any .rec under 16 GB.
     PART = 16 << 20
 
-    def __init__(self, url: str, local: str, storage_options: Optional[Mapping[str, Any]] = None, part: int = PART):
+    def __init__(self, url: str, local: str, storage_options: Mapping[str, Any] | None = None, part: int = PART):
         import concurrent.futures
 
         self.url, self.local, self.part = url, local, part
         self.fs, path = filesystem(url, storage_options)
         self.bucket, self.key = path.split("/", 1)
-        self._parts: List[Dict[str, Any]] = []
+        self._parts: list[dict[str, Any]] = []
         self.sent = 0  # bytes of the file already handed to a part
         self._next = 1  # the number of the next part
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="im2rec-upload")
@@ -469,7 +472,7 @@ class Streamer:
                 if upload["Key"] == self.key:
                     self.fs.call_s3("abort_multipart_upload", Bucket=self.bucket, Key=self.key, UploadId=upload["UploadId"])
             self.upload_id = self.fs.call_s3("create_multipart_upload", Bucket=self.bucket, Key=self.key)["UploadId"]
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             self._pool.shutdown()
             raise _translate(url, e) from None
 
@@ -489,7 +492,7 @@ class Streamer:
             pending, self._pending = self._pending, None
             try:
                 pending.result()
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 raise _translate(self.url, e) from None
 
     def feed(self, size: int, flush: Callable[[], None]) -> None:
@@ -521,7 +524,7 @@ class Streamer:
             self.fs.call_s3(
                 "complete_multipart_upload", Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, MultipartUpload={"Parts": parts}
             )
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             self.abort()
             raise _translate(self.url, e) from None
         finally:
@@ -532,12 +535,10 @@ class Streamer:
         try:
             if self._pending is not None:
                 self._pending.cancel()
-                try:
+                with contextlib.suppress(Exception):
                     self._pending.result()
-                except Exception:  # noqa: BLE001, S110 - it is being thrown away
-                    pass
             self.fs.call_s3("abort_multipart_upload", Bucket=self.bucket, Key=self.key, UploadId=self.upload_id)
-        except Exception:  # noqa: BLE001, S110 - already gone: nothing is left either way
+        except Exception:
             pass
         finally:
             self._pool.shutdown(wait=False)
@@ -560,7 +561,7 @@ class RemoteSource:
         StorageError: the object is missing, or access is denied (at open).
     """
 
-    def __init__(self, url: str, storage_options: Optional[Mapping[str, Any]] = None, size: Optional[int] = None):
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, size: int | None = None):
         self.url = url
         self.storage_options = dict(storage_options or {})
         self._pid = -1
@@ -568,16 +569,16 @@ class RemoteSource:
         self._path = ""
         self.requests = 0  # ranged reads made (for tests and benchmarks)
         self._block_start, self._block = 0, b""
-        self._hint: Optional[Tuple[int, int]] = None
+        self._hint: tuple[int, int] | None = None
         if size is None:
             fs, path = self._filesystem()
             try:
                 size = int(fs.size(path))
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 raise _translate(url, e) from None
         self.size = size
 
-    def _filesystem(self) -> Tuple[Any, str]:
+    def _filesystem(self) -> tuple[Any, str]:
         if self._pid != os.getpid():  # new process (fork, spawn or first use): a connection of our own
             self._fs, self._path = filesystem(self.url, self.storage_options, fresh=self._pid != -1)
             self._pid = os.getpid()
@@ -600,7 +601,7 @@ class RemoteSource:
         fs, path = self._filesystem()
         try:
             data = fs.cat_file(path, start=start, end=end)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise _translate(self.url, e) from None
         self.requests += 1
         self._block_start, self._block = start, data
@@ -646,7 +647,7 @@ def staging_base() -> str:
     return os.environ.get("IM2REC_STAGING") or os.path.join(tempfile.gettempdir(), f"im2rec-staging{user}")
 
 
-def _split_url(url: str) -> Tuple[str, str]:
+def _split_url(url: str) -> tuple[str, str]:
     """``s3://b/out/t.rec`` -> ``("s3://b/out", "t.rec")``; a trailing ``/`` (a folder) is dropped."""
     folder, _, name = url.rstrip("/").rpartition("/")
     if not name or folder.endswith(":/"):
@@ -695,7 +696,7 @@ class StagedOutput(_Staging):
         StorageError: a missing bucket, an existing object, a failed upload.
     """
 
-    def __init__(self, target: str, storage_options: Optional[Mapping[str, Any]] = None, overwrite: bool = False, folder: bool = False):
+    def __init__(self, target: str, storage_options: Mapping[str, Any] | None = None, overwrite: bool = False, folder: bool = False):
         self.target = target
         self.remote = is_url(target)
         self._options = storage_options
@@ -707,7 +708,7 @@ class StagedOutput(_Staging):
         self._folder, name = _split_url(target)
         check_bucket(target, storage_options)
         if not overwrite and not folder and exists(target, storage_options):  # a folder may hold other files
-            raise StorageError(f"{target} exists: pass --overwrite to replace it")
+            raise OutputExistsError(target)
         self._shown = self._make("out-")
         self.path = os.path.join(self._dir, name)
 
@@ -718,7 +719,7 @@ class StagedOutput(_Staging):
             return text
         return text.replace(self._shown + os.sep, self._folder + "/").replace(self._shown, self._folder)
 
-    def upload(self) -> List[str]:
+    def upload(self) -> list[str]:
         """Send what the command wrote; returns the URLs written."""
         if not self.remote:
             return []
@@ -726,9 +727,9 @@ class StagedOutput(_Staging):
         urls = {path: self.shown(path).replace(os.sep, "/") for path in files}
         if not self._overwrite:
             fs, _ = filesystem(self.target, self._options)
-            taken = [u for u in urls.values() if fs.exists(fs._strip_protocol(u))]
+            taken = [u for u in urls.values() if fs.exists(object_path(u))]
             if taken:
-                raise StorageError(f"{taken[0]} exists: pass --overwrite to replace it")
+                raise OutputExistsError(taken[0])
         first = [p for p in files if not p.endswith(".idx")]
         with ThreadPoolExecutor(8) as pool:  # a folder of extracted images: many small objects
             list(pool.map(lambda p: upload(p, urls[p], self._options), first))
@@ -754,7 +755,7 @@ class StagedInput(_Staging):
         StorageError: the object is missing or cannot be read.
     """
 
-    def __init__(self, source: Optional[str], siblings: Tuple[str, ...] = (), storage_options: Optional[Mapping[str, Any]] = None):
+    def __init__(self, source: str | None, siblings: tuple[str, ...] = (), storage_options: Mapping[str, Any] | None = None):
         self.source = source
         self.path = source
         if source is None or not is_url(source):
@@ -766,15 +767,15 @@ class StagedInput(_Staging):
         try:
             try:
                 fs.get_file(path, self.path)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 raise _translate(source, e) from None
             for sibling in siblings:  # ".idx" -> STEM.idx; "property" -> property
                 other = stem + sibling if sibling.startswith(".") else sibling
                 try:
-                    fs.get_file(fs._strip_protocol(join(folder, other)), os.path.join(self._dir, other))
+                    fs.get_file(object_path(join(folder, other)), os.path.join(self._dir, other))
                 except FileNotFoundError:
                     pass
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     raise _translate(join(folder, other), e) from None
         except BaseException:
             self.close()

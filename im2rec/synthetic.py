@@ -31,23 +31,24 @@ OpenCV build that encodes them.)
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing
 import os
 import sys
 import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .faces import LayoutResult, convert
 from .fsutil import atomic_open
-from .image import _cv2
+from .image import opencv
 from .recordio import IRHeader, RecordWriter, pack
 from .verification import build_bin
 
-__all__ = ["SIZES", "CorpusSpec", "make_image", "make_corpus", "FaceSpec", "FacesResult", "make_face", "make_faces"]
+__all__ = ["SIZES", "CorpusSpec", "FaceSpec", "FacesResult", "make_corpus", "make_face", "make_faces", "make_image"]
 
 #: Shorter side range of each ``--size``, in pixels.
 SIZES = {"imagenet": (300, 500), "large": (1500, 3000), "small": (48, 96)}
@@ -63,17 +64,17 @@ class CorpusSpec:
     size: str = "imagenet"
     seed: int = 0
 
-    def files(self) -> Iterator[Tuple[int, int, str]]:
+    def files(self) -> Iterator[tuple[int, int, str]]:
         """``(class, number, relative path)`` of every image, in order."""
         for c in range(self.classes):
             for i in range(self.per_class):
                 yield c, i, f"class_{c:04d}/img_{c:04d}_{i:05d}.jpg"
 
 
-def _colours(rng: np.random.Generator, n: int, hue: Tuple[int, int], sat: Tuple[int, int], val: Tuple[int, int]) -> np.ndarray:
+def _colours(rng: np.random.Generator, n: int, hue: tuple[int, int], sat: tuple[int, int], val: tuple[int, int]) -> np.ndarray:
     """``n`` BGR float32 colours drawn in the HSV ranges ``[lo, hi)`` (OpenCV's hue: 0..179)."""
     hsv = np.stack([rng.integers(*hue, n), rng.integers(*sat, n), rng.integers(*val, n)], axis=1).astype(np.uint8)
-    return _cv2().cvtColor(hsv[None], _cv2().COLOR_HSV2BGR)[0].astype(np.float32)
+    return opencv().cvtColor(hsv[None], opencv().COLOR_HSV2BGR)[0].astype(np.float32)
 
 
 def _palette(seed: int, cls: int) -> np.ndarray:
@@ -83,7 +84,7 @@ def _palette(seed: int, cls: int) -> np.ndarray:
 
 def _octaves(rng: np.random.Generator, h: int, w: int, channels: int, levels: int, decay: float) -> np.ndarray:
     """Value noise summed over octaves (coarse to fine), about zero mean, unit-ish amplitude."""
-    cv2 = _cv2()
+    cv2 = opencv()
     out = np.zeros((h, w, channels), np.float32)
     amp = 1.0
     for level in range(levels):
@@ -96,9 +97,17 @@ def _octaves(rng: np.random.Generator, h: int, w: int, channels: int, levels: in
     return out
 
 
+def _ellipse(mask: np.ndarray, ox: int, oy: int, *, centre: tuple[int, int], axes: tuple[int, int], angle: float) -> None:
+    opencv().ellipse(mask, (centre[0] - ox, centre[1] - oy), axes, angle, 0, 360, 1.0, -1, opencv().LINE_AA)
+
+
+def _polygon(mask: np.ndarray, ox: int, oy: int, *, pts: np.ndarray) -> None:
+    opencv().fillPoly(mask, [pts - np.array([ox, oy], np.int32)], 1.0, opencv().LINE_AA)
+
+
 def _blend(
     img: np.ndarray,
-    box: Tuple[int, int, int, int],
+    box: tuple[int, int, int, int],
     draw: Callable[[np.ndarray, int, int], object],
     sigma: float,
     shade: Callable[[int, int, int, int], np.ndarray],
@@ -110,7 +119,7 @@ def _blend(
     ``shade(y0, y1, x0, x1)`` gives the colour (or pixels) blended in. Neither is
     called when ``box`` lies outside the image.
     """
-    cv2 = _cv2()
+    cv2 = opencv()
     x0, y0 = max(0, int(box[0])), max(0, int(box[1]))
     x1, y1 = min(img.shape[1], int(box[2])), min(img.shape[0], int(box[3]))
     if x1 <= x0 or y1 <= y0:
@@ -123,7 +132,7 @@ def _blend(
 
 def _grain(img: np.ndarray, rng: np.random.Generator, fine: float, grain: float) -> None:
     """Full-resolution detail, in place: fine texture, then sensor-like grain; what makes JPEG sizes photo-like."""
-    cv2 = _cv2()
+    cv2 = opencv()
     h, w = img.shape[:2]
     texture = rng.standard_normal((h // 2 + 1, w // 2 + 1), dtype=np.float32)
     img += fine * cv2.resize(texture, (w, h), interpolation=cv2.INTER_LINEAR)[..., None]
@@ -141,7 +150,7 @@ def _background(rng: np.random.Generator, colors: np.ndarray, h: int, w: int) ->
 
 def make_image(spec: CorpusSpec, cls: int, number: int) -> np.ndarray:
     """The BGR uint8 pixels of image ``number`` of class ``cls``."""
-    cv2 = _cv2()
+    cv2 = opencv()
     rng = np.random.default_rng([spec.seed, cls, number])
     lo, hi = SIZES[spec.size]
     short = int(rng.integers(lo, hi + 1))
@@ -163,12 +172,12 @@ def make_image(spec: CorpusSpec, cls: int, number: int) -> np.ndarray:
             reach = max(axes) + margin
             box = (cx - reach, cy - reach, cx + reach + 1, cy + reach + 1)
             angle = float(rng.uniform(0, 180))
-            draw = lambda m, ox, oy: cv2.ellipse(m, (cx - ox, cy - oy), axes, angle, 0, 360, 1.0, -1, cv2.LINE_AA)  # noqa: E731
+            draw = functools.partial(_ellipse, centre=(cx, cy), axes=axes, angle=angle)
         else:
             pts = rng.integers(0, [sw, sh], size=(int(rng.integers(3, 7)), 2)).astype(np.int32)
             (x0, y0), (x1, y1) = pts.min(axis=0) - margin, pts.max(axis=0) + margin + 1
             box = (x0, y0, x1, y1)
-            draw = lambda m, ox, oy: cv2.fillPoly(m, [pts - np.array([ox, oy], np.int32)], 1.0, cv2.LINE_AA)  # noqa: E731
+            draw = functools.partial(_polygon, pts=pts)
         _blend(img, box, draw, sigma, lambda y0, y1, x0, x1: colors[int(rng.integers(2, 4))] + texture[y0:y1, x0:x1])
     img = cv2.resize(img, (w, h), interpolation=cv2.INTER_CUBIC)
     _grain(img, rng, 14, 3)
@@ -177,7 +186,7 @@ def make_image(spec: CorpusSpec, cls: int, number: int) -> np.ndarray:
 
 def _jpeg(img: np.ndarray, rng: np.random.Generator) -> bytes:
     """``img`` as a JPEG of quality 85-95, one in five progressive, as photos come."""
-    cv2 = _cv2()
+    cv2 = opencv()
     params = [cv2.IMWRITE_JPEG_QUALITY, int(rng.integers(85, 96))]
     if rng.random() < 0.2:
         params += [cv2.IMWRITE_JPEG_PROGRESSIVE, 1]
@@ -192,7 +201,7 @@ def _write(path: str, data: bytes) -> None:
         f.write(data)
 
 
-def _encode(args: Tuple[CorpusSpec, int, int, str, str]) -> int:
+def _encode(args: tuple[CorpusSpec, int, int, str, str]) -> int:
     spec, cls, number, rel, out_dir = args
     data = _jpeg(make_image(spec, cls, number), np.random.default_rng([spec.seed, cls, number, 0xE1C]))
     _write(os.path.join(out_dir, rel), data)
@@ -200,10 +209,10 @@ def _encode(args: Tuple[CorpusSpec, int, int, str, str]) -> int:
 
 
 def _one_thread() -> None:
-    _cv2().setNumThreads(1)  # one process per core: OpenCV's own threads would only contend
+    opencv().setNumThreads(1)  # one process per core: OpenCV's own threads would only contend
 
 
-def make_corpus(out_dir: str, spec: CorpusSpec = CorpusSpec(), workers: Optional[int] = None) -> Tuple[int, int]:
+def make_corpus(out_dir: str, spec: CorpusSpec = CorpusSpec(), workers: int | None = None) -> tuple[int, int]:
     """Write the corpus of ``spec`` under ``out_dir``, skipping images already there.
 
     Returns:
@@ -243,7 +252,7 @@ class FaceSpec:
     seed: int = 0
     pairs: int = 20  # of each .bin and of PAIRS_FILE; half same, half different where possible
 
-    def files(self) -> Iterator[Tuple[int, int, str]]:
+    def files(self) -> Iterator[tuple[int, int, str]]:
         """``(identity, number, path relative to FACES_DIR)`` of every face of the folder, in order."""
         for p in range(self.identities):
             for i in range(self.per_identity):
@@ -257,7 +266,7 @@ def make_face(spec: FaceSpec, identity: int, number: int, cohort: int = _FOLDER)
     picture has its own background, pose, expression, light and grain. ``cohort``
     picks another set of people (0: the folder, 1: the training set, 2...: the ``.bin`` sets).
     """
-    cv2 = _cv2()
+    cv2 = opencv()
     traits = np.random.default_rng([spec.seed, cohort, identity, 0xFACE])
     rng = np.random.default_rng([spec.seed, cohort, identity, number])
     skin, lips = _colours(traits, 1, (4, 22), (40, 150), (100, 240))[0], _colours(traits, 1, (0, 8), (90, 170), (90, 200))[0]
@@ -322,7 +331,7 @@ def _face_jpeg(spec: FaceSpec, identity: int, number: int, cohort: int) -> bytes
     return _jpeg(make_face(spec, identity, number, cohort), np.random.default_rng([spec.seed, cohort, identity, number, 0xE1C]))
 
 
-def _pairs(rng: np.random.Generator, identities: int, per_identity: int, count: int) -> List[Tuple[Tuple[int, int], Tuple[int, int], bool]]:
+def _pairs(rng: np.random.Generator, identities: int, per_identity: int, count: int) -> list[tuple[tuple[int, int], tuple[int, int], bool]]:
     """``count`` pairs of ``(identity, number)``, alternately of one person and of two,
     as far as the sizes allow (one identity: every pair is of one person)."""
     pairs = []
@@ -338,7 +347,7 @@ def _pairs(rng: np.random.Generator, identities: int, per_identity: int, count: 
     return pairs
 
 
-def _pair_lines(pairs: Sequence[Tuple[Tuple[int, int], Tuple[int, int], bool]], name: Callable[[int, int], str]) -> str:
+def _pair_lines(pairs: Sequence[tuple[tuple[int, int], tuple[int, int], bool]], name: Callable[[int, int], str]) -> str:
     return "".join(f"{name(*a)}\t{name(*b)}\t{int(same)}\n" for a, b, same in pairs)
 
 
@@ -348,7 +357,7 @@ class FacesResult:
 
     faces: int  # images in FACES_DIR
     train: LayoutResult  # TRAIN_DIR/train.rec
-    bins: Tuple[str, ...]  # the .bin files
+    bins: tuple[str, ...]  # the .bin files
     pairs: str  # PAIRS_FILE
 
 
@@ -404,7 +413,7 @@ def make_faces(out_dir: str, spec: FaceSpec = FaceSpec()) -> FacesResult:
     return FacesResult(spec.identities * spec.per_identity, train, tuple(bins), pairs_path)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         prog="python -m im2rec.synthetic",
         description="\n\n".join(__doc__.split("\n\n")[2:4]),

@@ -18,16 +18,17 @@ from __future__ import annotations
 import io
 import os
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any
 
 import numpy as np
 
-from .errors import BinFormatError, Im2recError, ImageError
+from .errors import BinFormatError, Im2recError, ImageError, OutputExistsError
 from .fsutil import atomic_open, make_parents
-from .image import ImageOptions, _cv2, decode, encode, image_format
+from .image import ImageOptions, decode, encode, image_format, opencv
 
-__all__ = ["VerificationPairs", "load_bin", "extract_bin", "build_bin", "read_pairs"]
+__all__ = ["VerificationPairs", "build_bin", "extract_bin", "load_bin", "read_pairs"]
 
 
 def _numpy_globals() -> dict:
@@ -80,7 +81,7 @@ def _as_image_bytes(item: Any, path: str, i: int) -> bytes:
     raise BinFormatError(f"{path}: image {i} is a {type(item).__name__}, not encoded image bytes")
 
 
-def load_bin(path: str) -> Tuple[List[bytes], List[bool]]:
+def load_bin(path: str) -> tuple[list[bytes], list[bool]]:
     """``(images, issame)`` of a ``.bin``: encoded images as bytes, one bool per pair.
 
     Raises:
@@ -101,7 +102,7 @@ def load_bin(path: str) -> Tuple[List[bytes], List[bool]]:
         raise BinFormatError(f"{path}: expected a pickle of (list of images, list of issame bools), got {type(obj).__name__}")
     raw_images, raw_issame = obj
     images = [_as_image_bytes(item, path, i) for i, item in enumerate(raw_images)]
-    issame: List[bool] = []
+    issame: list[bool] = []
     for i, value in enumerate(raw_issame):
         if isinstance(value, (bool, np.bool_)) or (isinstance(value, int) and value in (0, 1)):
             issame.append(bool(value))
@@ -139,7 +140,7 @@ def extract_bin(path: str, outdir: str, overwrite: bool = False) -> BinResult:
     if not overwrite:
         for name in [*names, "pairs.tsv"]:
             if os.path.exists(os.path.join(outdir, name)):
-                raise Im2recError(f"{os.path.join(outdir, name)} exists: pass --overwrite to replace it")
+                raise OutputExistsError(os.path.join(outdir, name))
     make_parents(pairs)
     for name, img in zip(names, images):
         with atomic_open(os.path.join(outdir, name), "wb") as f:
@@ -149,7 +150,7 @@ def extract_bin(path: str, outdir: str, overwrite: bool = False) -> BinResult:
     return BinResult(pairs, len(issame), len(images), sum(issame))
 
 
-def read_pairs(path: str) -> List[Tuple[str, str, bool]]:
+def read_pairs(path: str) -> list[tuple[str, str, bool]]:
     """``(left, right, issame)`` of every line of a ``left TAB right TAB issame`` file.
 
     Raises:
@@ -170,7 +171,7 @@ def read_pairs(path: str) -> List[Tuple[str, str, bool]]:
     return pairs
 
 
-def build_bin(pairs_path: str, root: str, out: str, resize: Optional[Tuple[int, int]] = None, overwrite: bool = False, quality: int = 95) -> BinResult:
+def build_bin(pairs_path: str, root: str, out: str, resize: tuple[int, int] | None = None, overwrite: bool = False, quality: int = 95) -> BinResult:
     """Write a ``.bin`` from a pairs file: what insightface's ``load_bin`` reads unchanged.
 
     Args:
@@ -187,9 +188,9 @@ def build_bin(pairs_path: str, root: str, out: str, resize: Optional[Tuple[int, 
             existing output without ``overwrite``.
     """
     if os.path.exists(out) and not overwrite:
-        raise Im2recError(f"{out} exists: pass --overwrite to replace it")
+        raise OutputExistsError(out)
     pairs = read_pairs(pairs_path)
-    images: List[bytes] = []
+    images: list[bytes] = []
     for lineno, (left, right, _) in enumerate(pairs, 1):
         for name in (left, right):
             file = os.path.join(root, name)
@@ -201,7 +202,7 @@ def build_bin(pairs_path: str, root: str, out: str, resize: Optional[Tuple[int, 
             if resize:
                 try:
                     img = decode(data, ImageOptions())
-                    img = _cv2().resize(img, resize, interpolation=_cv2().INTER_LINEAR if img.shape[1] < resize[0] else _cv2().INTER_AREA)
+                    img = opencv().resize(img, resize, interpolation=opencv().INTER_LINEAR if img.shape[1] < resize[0] else opencv().INTER_AREA)
                     data = encode(img, ImageOptions(quality=quality))
                 except ImageError as e:
                     raise Im2recError(f"{pairs_path}:{lineno}: {file}: {e}") from None
@@ -212,7 +213,7 @@ def build_bin(pairs_path: str, root: str, out: str, resize: Optional[Tuple[int, 
     return BinResult(out, len(pairs), len(images), sum(same for _, _, same in pairs))
 
 
-def parse_size(text: str) -> Tuple[int, int]:
+def parse_size(text: str) -> tuple[int, int]:
     """``"112x112"`` -> ``(112, 112)`` (width x height)."""
     try:
         w, h = (int(x) for x in text.lower().split("x"))
@@ -240,7 +241,7 @@ class VerificationPairs:
         BinFormatError: as ``load_bin`` (a ``.bin`` that would run code is refused).
     """
 
-    def __init__(self, path: str, mode: str = "rgb", transform: Optional[Callable[[np.ndarray], Any]] = None):
+    def __init__(self, path: str, mode: str = "rgb", transform: Callable[[np.ndarray], Any] | None = None):
         if mode not in ("rgb", "bgr"):
             raise ValueError(f"mode must be 'rgb' or 'bgr', got {mode!r}")
         self.path, self.mode, self.transform = path, mode, transform
@@ -251,7 +252,7 @@ class VerificationPairs:
         return len(self.issame)
 
     def _image(self, i: int) -> Any:
-        cv2 = _cv2()
+        cv2 = opencv()
         img = cv2.imdecode(np.frombuffer(self.images[i], np.uint8), cv2.IMREAD_COLOR)
         if img is None:
             raise BinFormatError(f"{self.path}: image {i} cannot be decoded")
@@ -259,12 +260,8 @@ class VerificationPairs:
             img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
         return self.transform(img) if self.transform else img
 
-    def __getitem__(self, i: int) -> Tuple[Any, Any, bool]:
+    def __getitem__(self, i: int) -> tuple[Any, Any, bool]:
         if not -len(self) <= i < len(self):
             raise IndexError(f"pair {i} out of range ({len(self)} pairs)")
         i %= len(self)
         return self._image(2 * i), self._image(2 * i + 1), bool(self.issame[i])
-
-    def pairs_of(self, indices: Sequence[int]) -> List[Tuple[Any, Any, bool]]:
-        """Several pairs at once."""
-        return [self[i] for i in indices]

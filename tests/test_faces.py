@@ -284,7 +284,7 @@ def test_bin_build_is_read_by_load_bin(face, tmp_path):
     from im2rec import VerificationPairs
 
     pairs = VerificationPairs(str(tmp_path / "small.bin"))
-    assert len(pairs) == 4 and pairs[0][0].shape == (48, 56, 3) and [p[2] for p in pairs.pairs_of(range(4))] == [True, False, True, False]
+    assert len(pairs) == 4 and pairs[0][0].shape == (48, 56, 3) and [pairs[i][2] for i in range(4)] == [True, False, True, False]
 
 
 def test_verification_pairs_reads_all_three_kinds(face):

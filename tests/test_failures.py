@@ -365,7 +365,7 @@ def test_resume_with_torn_record_and_lagging_idx(data_dir, tmp_path):
     from im2rec.packing import PackOptions, _fingerprint
     from im2rec.image import ImageOptions
 
-    state = _fingerprint(str(lst), str(data_dir / "tree"), PackOptions(image=ImageOptions(pass_through=True)))
+    state = _fingerprint(str(lst), str(lst), str(data_dir / "tree"), PackOptions(image=ImageOptions(pass_through=True)))
     (tmp_path / "o.resume.json").write_text(json.dumps(state))
     result = run("pack", lst, data_dir / "tree", tmp_path / "o.rec", *args, "--resume")
     assert result.exit_code == 0, result.output

@@ -403,7 +403,7 @@ def test_alpha_background_options_validation():
     assert ImageOptions(alpha_background=[1, 2, 3]).alpha_background == (1, 2, 3)
     with pytest.raises(ValueError, match="alpha_background must be"):
         ImageOptions(alpha_background=(0, 0, 256))
-    with pytest.raises(ValueError, match="cannot be combined with pass_through"):
+    with pytest.raises(ValueError, match="cannot be combined with --pass-through"):
         ImageOptions(alpha_background=(0, 0, 0), pass_through=True)
-    with pytest.raises(ValueError, match="cannot be combined with color -1"):
+    with pytest.raises(ValueError, match="cannot be combined with --color -1"):
         ImageOptions(alpha_background=(0, 0, 0), color=-1)

@@ -170,7 +170,7 @@ def test_spec_hexdumps(tmp_path, payload, dump):
         assert w.write(payload) == 0
         assert w.tell() == len(bytes.fromhex(dump.replace(" ", "")))
     assert path.read_bytes().hex() == dump.replace(" ", "")
-    assert recordio.framed_size(payload) == path.stat().st_size
+    assert len(recordio.frame(payload)) == path.stat().st_size
     with recordio.RecordReader(path) as r:
         assert list(r) == [payload]
 
@@ -250,11 +250,11 @@ def test_roundtrip_any_payload(tmp_path, payloads):
         assert cflag in (0, 1, 2, 3)
         if cflag in (1, 2):
             assert length % 4 == 0
-    assert len(blob) == sum(recordio.framed_size(p) for p in payloads)
+    assert len(blob) == sum(len(recordio.frame(p)) for p in payloads)
     assert blob == b"".join(recordio.frame(p) for p in payloads)
     for p in payloads:  # the split count follows dmlc: aligned magics below len - len % 4
         n_aligned = sum(1 for i in range(0, len(p) - 3, 4) if p[i : i + 4] == M)
-        assert recordio.framed_size(p) == 8 + 4 * n_aligned + (len(p) + 3) // 4 * 4
+        assert len(recordio.frame(p)) == 8 + 4 * n_aligned + (len(p) + 3) // 4 * 4
     with recordio.MXIndexedRecordIO(idx, rec, "r") as r:
         assert [r.read_idx(7 * i) for i in range(len(payloads))] == payloads
         assert [p for p in r._reader] == payloads
@@ -494,7 +494,7 @@ def fuzz_source(tmp_path_factory):
     rec, idx = write_rec(d / "src.rec", FUZZ_PAYLOADS, [3 * i + 1 for i in range(len(FUZZ_PAYLOADS))])
     blob = open(rec, "rb").read()
     offsets = [int(line.split("\t")[1]) for line in open(idx).read().splitlines()]
-    spans = [(o, o + recordio.framed_size(p)) for o, p in zip(offsets, FUZZ_PAYLOADS)]
+    spans = [(o, o + len(recordio.frame(p))) for o, p in zip(offsets, FUZZ_PAYLOADS)]
     return blob, open(idx, "rb").read(), spans
 
 

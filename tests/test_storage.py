@@ -70,7 +70,7 @@ def test_mxindexedrecordio_reads_s3_one_request_per_record(s3, data_dir):
     rng = np.random.default_rng(0)
     order = [keys[i] for i in rng.permutation(len(keys))]
     assert [remote.read_idx(k) for k in order] == [local.read_idx(k) for k in order]
-    assert remote._reader._mm.requests == len(keys)  # a record is one ranged request, for exactly its bytes
+    assert remote._reader.source.requests == len(keys)  # a record is one ranged request, for exactly its bytes
     assert [remote.read() for _ in keys[:3]] and remote.tell() > 0  # sequential reading works too
     local.close()
     remote.close()
@@ -138,7 +138,7 @@ def test_missing_objects_and_buckets_are_one_clear_error(s3):
 def test_sequential_scans_read_large_blocks(s3, data_dir):
     reader = recordio.RecordReader("s3://data/all.rec")
     payloads = list(reader)
-    assert len(payloads) == 14 and reader._mm.requests == 1  # the whole 60 KB file in one block
+    assert len(payloads) == 14 and reader.source.requests == 1  # the whole 60 KB file in one block
     with recordio.RecordReader(data_dir / "im2rec_pack_pass" / "all.rec") as local:
         assert payloads == [bytes(p) for p in local]
 
