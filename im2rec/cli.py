@@ -580,7 +580,7 @@ def inspect_command(rec, as_json, sample, grid_path, samples, seed, tile_size, c
 
         with staged:
             drawn = sheet.contact_sheet(rec, staged.path, samples=samples, seed=seed, tile=tile_size, classes=classes_path, storage_options=options)
-        report["grid"] = {
+        report.grid = {
             "path": grid_path,
             "tiles": drawn.tiles,
             "columns": drawn.columns,
@@ -589,45 +589,10 @@ def inspect_command(rec, as_json, sample, grid_path, samples, seed, tile_size, c
             "marked": [str(p) for p in drawn.marked],
         }
     if as_json:
-        click.echo(json.dumps(report, indent=1))
+        click.echo(json.dumps(report.to_json(), indent=1))
         return
-    labels = report["labels"]
-    click.echo(f"{rec}: {report['records']:,} records, {report['file_bytes'] / 1e6:,.1f} MB" + (f", index {report['idx']}" if report["idx"] else ", no .idx"))
-    face = report["insightface"]
-    if face:
-        click.echo(f"  insightface: {face['images']:,} images, {face['identities']:,} identities (header {face['header']})")
-    if labels.get("classes"):
-        lo, hi = labels["per_class_min_max"]
-        click.echo(f"  labels: {labels['classes']:,} classes over {labels['scalar_records']:,} records ({lo:,} to {hi:,} per class)")
-    if labels.get("widths"):
-        widths = ", ".join(f"{n:,} with {w}" for w, n in labels["widths"].items())
-        click.echo(f"  multi-label records: {widths} labels")
-    sizes = report["payload_bytes"]
-    if sizes:
-        click.echo(f"  payload bytes: min {sizes['min']:,}, median {sizes['median']:,.0f}, mean {sizes['mean']:,.0f}, max {sizes['max']:,}")
-    sample_ = report["sample"]
-    if sample_["records"]:
-        formats = ", ".join(f"{n} {f}" for f, n in sample_["formats"].items())
-        w, h = sample_["width"], sample_["height"]
-        dims = f"; width {w['min']}-{w['max']} (median {w['median']:.0f}), height {h['min']}-{h['max']} (median {h['median']:.0f})" if w else ""
-        click.echo(f"  sample of {sample_['records']}: {formats}{dims}")
-    if report["multi_part_records"]:
-        click.echo(f"  multi-part records: {report['multi_part_records']:,} (an aligned magic word in the payload, escaped)")
-    for line in report["header_split"][:20]:
-        click.echo(f"warning: {rec}: {line}", err=True)
-    if len(report["header_split"]) > 20:
-        click.echo(f"warning: {rec}: ... and {len(report['header_split']) - 20:,} more records split inside their header", err=True)
-    if report["damaged"]:
-        click.echo(f"  damaged: {len(report['damaged'])} record(s) skipped", err=False)
-        for line in report["damaged"][:20]:
-            click.echo(f"{rec}: {line}", err=True)
-    grid = report.get("grid")
-    if grid:
-        marked = f", {len(grid['marked'])} marked" if grid["marked"] else ""
-        names = f", captions from {grid['classes']}" if grid["classes"] else ""
-        click.echo(f"  contact sheet: {grid['path']} ({grid['tiles']} records, {grid['columns']}x{grid['rows']}{marked}{names})")
-        for line in grid["marked"][:20]:
-            click.echo(f"{rec}: {line}", err=True)
+    for line, to_stderr in report.lines():
+        click.echo(line, err=to_stderr)
 
 
 @main.command("verify")

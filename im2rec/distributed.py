@@ -30,6 +30,7 @@ from .faces import insightface_outputs
 from .fsutil import make_parents, remove_quietly
 from .outputs import Outputs, refuse_existing
 from .packing import PackOptions, PackSummary, check_list, pack
+from .recordio import sibling
 from .shards import layout_path, merge, part_path
 
 __all__ = ["DaskSummary", "pack_dask", "pack_part"]
@@ -121,7 +122,7 @@ def pack_dask(
         ListFormatError: the list is malformed (checked here, before any task runs).
     """
     started = time.perf_counter()
-    out_rec = out_rec or os.path.splitext(lst)[0] + ".rec"
+    out_rec = out_rec or sibling(lst, "rec")
     remote = storage.is_url(out_rec)
     if remote and options.layout == "insightface":
         raise PackError("--dask --layout insightface with a URL output is not supported yet: write it locally, then upload")

@@ -114,7 +114,71 @@ def _stats(values: list[int]) -> dict[str, float]:
 # --------------------------------------------------------------------------- inspect
 
 
-def inspect_rec(rec: str, sample: int = 200, seed: int = 0, storage_options: dict | None = None) -> dict[str, Any]:
+@dataclass
+class InspectReport:
+    """What ``inspect_rec`` found; ``to_json`` is ``inspect --json``, ``lines`` its text."""
+
+    path: str
+    idx: str | None
+    file_bytes: int
+    records: int
+    image_records: int
+    labels: dict[str, Any]  # scalar_records, multi_label_records; classes, per_class, per_class_min_max; widths
+    payload_bytes: dict[str, float]  # min, mean, median, max
+    sample: dict[str, Any]  # records, formats, width and height statistics
+    insightface: dict[str, Any] | None  # images, identities, header
+    multi_part_records: int
+    header_split: list[str]
+    damaged: list[str]
+    grid: dict[str, Any] | None = None  # inspect --grid: path, tiles, columns, rows, classes, marked
+
+    def to_json(self) -> dict[str, Any]:
+        report = dataclasses.asdict(self)
+        if self.grid is None:
+            del report["grid"]
+        return report
+
+    def lines(self, limit: int = 20) -> list[tuple[str, bool]]:
+        """The report for humans, in order, as ``(line, for stderr)``: warnings and damaged
+        records go to stderr (at most ``limit`` of each), the summary to stdout."""
+        rec, labels = self.path, self.labels
+        out = [(f"{rec}: {self.records:,} records, {self.file_bytes / 1e6:,.1f} MB" + (f", index {self.idx}" if self.idx else ", no .idx"), False)]
+        face = self.insightface
+        if face:
+            out.append((f"  insightface: {face['images']:,} images, {face['identities']:,} identities (header {face['header']})", False))
+        if labels.get("classes"):
+            lo, hi = labels["per_class_min_max"]
+            out.append((f"  labels: {labels['classes']:,} classes over {labels['scalar_records']:,} records ({lo:,} to {hi:,} per class)", False))
+        if labels.get("widths"):
+            widths = ", ".join(f"{n:,} with {w}" for w, n in labels["widths"].items())
+            out.append((f"  multi-label records: {widths} labels", False))
+        sizes = self.payload_bytes
+        if sizes:
+            out.append((f"  payload bytes: min {sizes['min']:,}, median {sizes['median']:,.0f}, mean {sizes['mean']:,.0f}, max {sizes['max']:,}", False))
+        sample = self.sample
+        if sample["records"]:
+            formats = ", ".join(f"{n} {f}" for f, n in sample["formats"].items())
+            w, h = sample["width"], sample["height"]
+            dims = f"; width {w['min']}-{w['max']} (median {w['median']:.0f}), height {h['min']}-{h['max']} (median {h['median']:.0f})" if w else ""
+            out.append((f"  sample of {sample['records']}: {formats}{dims}", False))
+        if self.multi_part_records:
+            out.append((f"  multi-part records: {self.multi_part_records:,} (an aligned magic word in the payload, escaped)", False))
+        out += [(f"warning: {rec}: {line}", True) for line in self.header_split[:limit]]
+        if len(self.header_split) > limit:
+            out.append((f"warning: {rec}: ... and {len(self.header_split) - limit:,} more records split inside their header", True))
+        if self.damaged:
+            out.append((f"  damaged: {len(self.damaged)} record(s) skipped", False))
+            out += [(f"{rec}: {line}", True) for line in self.damaged[:limit]]
+        grid = self.grid
+        if grid:
+            marked = f", {len(grid['marked'])} marked" if grid["marked"] else ""
+            names = f", captions from {grid['classes']}" if grid["classes"] else ""
+            out.append((f"  contact sheet: {grid['path']} ({grid['tiles']} records, {grid['columns']}x{grid['rows']}{marked}{names})", False))
+            out += [(f"{rec}: {line}", True) for line in grid["marked"][:limit]]
+        return out
+
+
+def inspect_rec(rec: str, sample: int = 200, seed: int = 0, storage_options: dict | None = None) -> InspectReport:
     """Summarise a ``.rec``: records, labels, payload sizes, image formats and sizes on a sample.
 
     Args:
@@ -123,7 +187,7 @@ def inspect_rec(rec: str, sample: int = 200, seed: int = 0, storage_options: dic
         seed: the sample's seed.
 
     Returns:
-        A JSON-serialisable dict; ``damaged`` lists the records that could not be read.
+        An InspectReport; ``damaged`` lists the records that could not be read.
     """
     reader, index = open_rec(rec, storage_options=storage_options)
     problems: list[Problem] = []
@@ -174,27 +238,25 @@ def inspect_rec(rec: str, sample: int = 200, seed: int = 0, storage_options: dic
         labels["per_class_min_max"] = [min(scalar.values()), max(scalar.values())]
     if widths:
         labels["widths"] = {str(k): v for k, v in sorted(widths.items())}
-    report: dict[str, Any] = {
-        "path": rec,
-        "idx": index.path if index is not None else None,
-        "file_bytes": reader.size,
-        "records": len(entries),
-        "image_records": len(images),
-        "labels": labels,
-        "payload_bytes": _stats(sizes),
-        "sample": {
+    report = InspectReport(
+        path=rec,
+        idx=index.path if index is not None else None,
+        file_bytes=reader.size,
+        records=len(entries),
+        image_records=len(images),
+        labels=labels,
+        payload_bytes=_stats(sizes),
+        sample={
             "records": len(chosen),
             "formats": dict(formats.most_common()),
             "width": _stats([w for w, _ in dims]),
             "height": _stats([h for _, h in dims]),
         },
-        "insightface": None,
-        "multi_part_records": multi_part,
-        "header_split": [str(p) for p in header_split],
-        "damaged": [str(p) for p in problems],
-    }
-    if face:
-        report["insightface"] = {"images": face[0] - 1, "identities": face[1] - face[0], "header": list(face)}
+        insightface={"images": face[0] - 1, "identities": face[1] - face[0], "header": list(face)} if face else None,
+        multi_part_records=multi_part,
+        header_split=[str(p) for p in header_split],
+        damaged=[str(p) for p in problems],
+    )
     reader.close()
     return report
 

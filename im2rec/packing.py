@@ -749,7 +749,7 @@ def pack(
     opts = options or PackOptions()
     progress = progress or Progress()
     started = time.perf_counter()
-    out_rec = out_rec or os.path.splitext(lst)[0] + ".rec"
+    out_rec = out_rec or recordio.sibling(lst, "rec")
     if not storage.is_url(root) and not os.path.isdir(root):
         raise PackError(f"{root}: no such folder")
     dest = _destination(out_rec, opts)
@@ -866,7 +866,7 @@ def _output_hashes(s: PackSummary) -> dict:
     if s.manifest:
         files["manifest"] = s.manifest
         files.update({f"shard {n}": rec for n, rec in enumerate(s.shards)})
-        files.update({f"shard {n} idx": os.path.splitext(rec)[0] + ".idx" for n, rec in enumerate(s.shards)})
+        files.update({f"shard {n} idx": recordio.idx_path_of(rec) for n, rec in enumerate(s.shards)})
     else:
         files.update(rec=s.outputs.rec, idx=s.outputs.idx)
     return {

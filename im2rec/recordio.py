@@ -790,6 +790,7 @@ def write_index(path: PathLike, keys: Any, offsets: Any) -> None:
 #: The files that go with ``OUT.rec``, each ``OUT`` + suffix (``property``: the folder's).
 SIBLINGS = {
     "idx": ".idx",  # the index
+    "rec": ".rec",  # the .rec packed from PREFIX.lst (pack's default output)
     "failed": ".failed.tsv",  # pack: the images that could not be packed
     "resume": ".resume.json",  # pack: the command of an unfinished run, for --resume
     "layout": ".layout",  # a part of a pack --layout insightface run

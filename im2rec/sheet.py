@@ -24,7 +24,7 @@ from .errors import HeaderError, Im2recError, ImageError, RecordIOError
 from .fsutil import atomic_open
 from .image import ImageOptions, decode, opencv
 from .inspection import Problem, label_name, open_rec, record_entries
-from .recordio import RecordReader, insightface_header, unpack
+from .recordio import SIBLINGS, RecordReader, insightface_header, unpack
 
 __all__ = ["SheetResult", "contact_sheet", "find_classes", "read_classes"]
 
@@ -57,7 +57,7 @@ def find_classes(path: str, storage_options: dict | None = None) -> str | None:
     (a path or a URL), if there is one."""
     stem = os.path.splitext(path)[0]
     while True:
-        candidate = stem + ".classes.tsv"
+        candidate = stem + SIBLINGS["classes"]
         if storage.there(candidate, storage_options):
             return candidate
         shorter = _DERIVED_SUFFIX.sub("", stem)
