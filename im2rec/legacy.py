@@ -32,6 +32,7 @@ from .errors import Im2recError
 from .fsutil import remove_quietly, temp_path
 from .image import ImageOptions
 from .lst import LineError, ListEntry, parse_fields, write_lst
+from .outputs import Outputs
 
 __all__ = ["lists_to_pack", "main", "make_list", "pack_lists", "parse_args"]
 
@@ -216,7 +217,7 @@ def pack_lists(args: argparse.Namespace) -> list[packing.PackSummary]:
     for lst in lists:
         print("Creating .rec file from", lst, "in", working_dir)
         stem = os.path.join(working_dir, os.path.splitext(os.path.basename(lst))[0])
-        out = packing.Outputs.for_rec(stem + ".rec")
+        out = Outputs.for_rec(stem + ".rec")
         for path in (out.rec, out.idx):
             if os.path.exists(path):
                 _warn(f"replacing the existing {path}")

@@ -552,6 +552,8 @@ class _Layout(_Destination):
             refuse_existing(self.finals, self.opts.overwrite)
 
     def finish(self, summary: PackSummary) -> None:
+        if not os.path.exists(self.loop.rec):  # laid out by an earlier run (whose upload did not finish)
+            return
         laid = faces.lay_out(self.loop.rec, self.out_rec)
         if laid.images:
             summary.bytes, summary.identities = laid.bytes, laid.identities

@@ -845,17 +845,18 @@ class ByteSource(Protocol):
 
 
 class RecordReader:
-    """Reads a ``.rec`` file through a read-only memory map: by offset, by key, or in order.
+    """Reads a ``.rec`` file by offset, by key, or in order, through its ``source``: a
+    read-only memory map of a local file, or for a URL ranged reads (``storage.RemoteSource``).
 
-    The map holds no file position, so one reader can be used from threads and from
+    The source holds no file position, so one reader can be used from threads and from
     processes forked after it was opened; pickling sends only the paths and the
-    parsed index, and the copy maps the file again. Every malformed byte raises a
+    parsed index, and the copy maps (or opens) the file again. Every malformed byte raises a
     RecordIOError naming the file and the byte offset; a corrupt length is checked
     against the file size before anything is allocated.
 
     Args:
-        rec: path of the ``.rec``.
-        idx: path of its ``.idx``, or None for sequential and offset access only.
+        rec: path or URL of the ``.rec``.
+        idx: path or URL of its ``.idx``, or None for sequential and offset access only.
         key_type: how ``.idx`` keys are parsed (``int`` as in MXNet).
 
     Raises:
