@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import posixpath
 import re
 import shutil
 import tempfile
@@ -421,7 +422,7 @@ def upload_stream(src: Any, url: str, storage_options: Mapping[str, Any] | None 
     fs, path = filesystem(url, storage_options)
     try:
         if getattr(fs, "root_marker", "") == "/":  # file://, memory://: folders are real there
-            fs.makedirs(fs._parent(path), exist_ok=True)
+            fs.makedirs(posixpath.dirname(path), exist_ok=True)
         f = fs.open(path, "wb", **({"block_size": block_size} if block_size else {}))
     except Exception as e:
         raise _translate(url, e) from None
