@@ -35,6 +35,7 @@ from .recordio import (
     record_splits_header,
     splits_header,
     unpack,
+    write_index,
 )
 
 __all__ = ["Problem", "combined_index", "extract_rec", "inspect_rec", "rebuild_index", "verify_rec"]
@@ -549,12 +550,11 @@ def _scan_entries(reader: RecordReader, keys: str, problems: list[Problem], firs
 
 
 def _write_index(idx: str, entries: Sequence[tuple[Any, int]], storage_options: dict | None = None) -> None:
-    text = format_index((key for key, _ in entries), (offset for _, offset in entries))
+    keys, offsets = [key for key, _ in entries], [offset for _, offset in entries]
     if storage.is_url(idx):
-        storage.write_bytes(idx, text.encode("ascii"), storage_options)
+        storage.write_bytes(idx, format_index(keys, offsets).encode("ascii"), storage_options)
         return
-    with atomic_open(idx, "w", encoding="ascii", newline="\n") as f:
-        f.write(text)
+    write_index(idx, keys, offsets)
 
 
 def combined_index(recs: Sequence[str], idx: str, keys: str = "id", overwrite: bool = False) -> IndexResult:

@@ -62,6 +62,7 @@ from .errors import (
     RecordTooLargeError,
     TruncatedRecordError,
 )
+from .fsutil import atomic_open
 from .storage import is_url
 
 if TYPE_CHECKING:
@@ -770,7 +771,8 @@ def format_index(keys: Iterable[Any], offsets: Iterable[int]) -> str:
 
 
 def write_index(path: PathLike, keys: Any, offsets: Any) -> None:
-    """Write a ``.idx`` file (``format_index``'s lines) under ``path``, replacing it.
+    """Write a ``.idx`` file (``format_index``'s lines) under ``path``, replacing it whole
+    (written beside it, fsynced, then renamed: a reader never sees half an index).
 
     Args:
         path: the ``.idx`` to create.
@@ -779,7 +781,7 @@ def write_index(path: PathLike, keys: Any, offsets: Any) -> None:
     """
     if len(keys) != len(offsets):
         raise ValueError(f"{len(keys)} keys but {len(offsets)} offsets")
-    with open(path, "w", encoding="ascii", newline="\n") as f:
+    with atomic_open(path, "w", encoding="ascii", newline="\n") as f:
         f.write(format_index(keys, offsets))
 
 
