@@ -314,12 +314,8 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
       2  a usage error
       130/143  interrupted by Ctrl-C / SIGTERM (rerun with --resume)
     """
-    if num_parts > 1 and part_index is None and dask_address is None:
-        raise click.UsageError("--num-parts needs --part-index (one part) or --dask (all parts, then a merge)")
-    if dask_address is not None and part_index is not None:
-        raise click.UsageError("--dask runs every part: leave out --part-index")
-    if dask_address is not None and (stats_path is not None or shard_size is not None):
-        raise click.UsageError("--stats and --shard-size are written by single runs and parts, not yet by --dask")
+    if dask_address is not None and stats_path is not None:
+        raise click.UsageError("--stats is written by single runs and parts, not yet by --dask")
     with _usage_errors():
         image_options = image.ImageOptions(
             resize=resize,
@@ -348,15 +344,16 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
             layout=layout,
             storage_options=_options(storage_options),
         )
-    if dask_address is not None:
-        _pack_with_dask(lst, root, out, options, dask_address, num_parts if num_parts > 1 else None, not no_merge, strict, quiet)
-        return
-    stats = storage.StagedOutput(stats_path, options.storage_options, overwrite=True) if stats_path else None  # its bucket checked now
-    try:
-        _pack_and_report(lst, root, out, options, stats, strict, quiet)
-    finally:
-        if stats is not None:
-            stats.close()
+    with _usage_errors():  # what pack and pack_dask refuse before any work
+        if dask_address is not None:
+            _pack_with_dask(lst, root, out, options, dask_address, num_parts if num_parts > 1 else None, not no_merge, strict, quiet)
+            return
+        stats = storage.StagedOutput(stats_path, options.storage_options, overwrite=True) if stats_path else None  # its bucket checked now
+        try:
+            _pack_and_report(lst, root, out, options, stats, strict, quiet)
+        finally:
+            if stats is not None:
+                stats.close()
 
 
 def _pack_and_report(lst, root, out, options, stats, strict, quiet):

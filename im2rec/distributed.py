@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import storage
-from .errors import Im2recError, PackError
+from .errors import Im2recError, OptionError, PackError
 from .faces import insightface_outputs
 from .fsutil import make_parents, remove_quietly
 from .outputs import Outputs, refuse_existing
@@ -117,10 +117,15 @@ def pack_dask(
         on_part: called as each part ends, with its index and summary, or its error.
 
     Raises:
+        OptionError: ``options`` name one part, or shards.
         PackError: Dask is missing, the scheduler is unreachable, or a part failed
             (the message names the parts and how to rerun them).
         ListFormatError: the list is malformed (checked here, before any task runs).
     """
+    if options.part_index is not None:
+        raise OptionError("--dask runs every part: leave out --part-index")
+    if options.shard_size is not None:
+        raise OptionError("--shard-size is written by single runs, not yet by --dask")
     started = time.perf_counter()
     out_rec = out_rec or sibling(lst, "rec")
     remote = storage.is_url(out_rec)

@@ -743,12 +743,15 @@ def pack(
 
     Raises:
         ListFormatError: the list is malformed (nothing is written).
+        OptionError: ``num_parts`` without ``part_index`` (``distributed.pack_dask`` packs every part).
         PackError: a wrong ROOT, a write failed, or ``max_errors`` was passed. The
             partial files are kept for ``resume``.
         OutputExistsError: an output exists without ``overwrite``.
         KeyboardInterrupt: on Ctrl-C; workers are stopped, partial files kept.
     """
     opts = options or PackOptions()
+    if opts.num_parts > 1 and opts.part_index is None:
+        raise OptionError("--num-parts needs --part-index (one part) or --dask (all parts, then a merge)")
     progress = progress or Progress()
     started = time.perf_counter()
     out_rec = out_rec or recordio.sibling(lst, "rec")
