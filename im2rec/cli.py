@@ -183,8 +183,6 @@ def list_command(root, prefix, exts, recursive, train_ratio, test_ratio, chunks,
     Exit status: 0 on success, 1 when nothing can be listed (no image, unwritable
     output), 2 for usage errors.
     """
-    if train_ratio + test_ratio > 1.0 + 1e-9:
-        raise click.BadParameter(f"--train-ratio {train_ratio} plus --test-ratio {test_ratio} is more than 1", param_hint="'--test-ratio'")
     options = listing.ListOptions(
         exts=listing.normalize_exts(exts),
         recursive=recursive,
@@ -195,6 +193,8 @@ def list_command(root, prefix, exts, recursive, train_ratio, test_ratio, chunks,
         seed=seed,
         stratify=stratify,
     )
+    with _usage_errors():
+        options.validate()
     with storage.StagedOutput(prefix, _options(storage_options), overwrite=True) as staged:
         result = listing.make_lists(root, staged.path, options, storage_options=_options(storage_options))
     for skipped in result.skipped:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import storage
-from .errors import ListingError
+from .errors import ListingError, OptionError
 from .fsutil import commit, make_parents, remove_quietly, temp_path
 from .lst import ListEntry, unstorable_reason, write_lst
 
@@ -65,15 +65,13 @@ class ListOptions:
     legacy: bool = False
 
     def validate(self) -> None:
-        """Raise ListingError for ratios outside [0, 1], ratios summing above 1, or chunks < 1."""
+        """Raise ListingError for ratios outside [0, 1] or chunks < 1, OptionError for ratios summing above 1."""
         for name in ("train_ratio", "test_ratio"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ListingError(f"--{name.replace('_', '-')} must be between 0 and 1, got {value}")
         if self.train_ratio + self.test_ratio > 1.0 + 1e-9 and not self.legacy:
-            raise ListingError(
-                f"--train-ratio {self.train_ratio} and --test-ratio {self.test_ratio} sum to more than 1"
-            )
+            raise OptionError(f"--train-ratio {self.train_ratio} plus --test-ratio {self.test_ratio} is more than 1", "--test-ratio")
         if self.chunks < 1:
             raise ListingError(f"--chunks must be at least 1, got {self.chunks}")
         if not self.exts:

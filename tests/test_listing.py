@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from im2rec.cli import main
-from im2rec.errors import ListingError
+from im2rec.errors import OptionError
 from im2rec.listing import ListOptions, make_lists, scan_images
 from im2rec.lst import read_lst
 
@@ -202,7 +202,7 @@ def test_folder_without_images(tmp_path):
 
 
 def test_library_validates_ratios():
-    with pytest.raises(ListingError, match="sum to more than 1"):
+    with pytest.raises(OptionError, match=r"--train-ratio 0.9 plus --test-ratio 0.2 is more than 1"):
         make_lists(".", "x", ListOptions(train_ratio=0.9, test_ratio=0.2))
 
 
