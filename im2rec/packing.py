@@ -492,6 +492,9 @@ class _Destination:
     def refuse(self) -> None:
         """Before any work: refuse outputs that exist (without ``--overwrite``) and the like."""
 
+    def prepare(self) -> None:
+        """Once the list is checked, before the first record: clear what ``--overwrite`` replaces."""
+
     def finish(self, summary: PackSummary) -> None:
         """After the loop: lay the records out, upload them."""
 
@@ -519,9 +522,8 @@ class _Files(_Destination):
         out = self.loop
         return existing_shard_outputs(out.rec) + [p for p in (out.failed, partial(out.failed)) if os.path.exists(p)]
 
-    def remove_shards(self) -> None:
-        """Before a sharded run (``--overwrite``): the shards of an earlier one."""
-        for path in self._shard_outputs():
+    def prepare(self) -> None:
+        for path in self._shard_outputs() if self.opts.shard_size else []:  # an earlier run's (--overwrite)
             remove_quietly(path)
 
     def finish(self, summary: PackSummary) -> None:
@@ -664,32 +666,39 @@ def _resumed_from(lst: str, start: int, stop: int, last_key: int | None, failed:
     return start, []
 
 
+def _open_files(files: PackFiles, resuming: bool, failures: FailureList, lst: str, start: int, stop: int, summary: PackSummary, fingerprint: dict) -> int:
+    """Open pack's single output, fresh or resumed; returns the list position to go on from."""
+    resumed = files.open(fingerprint, resuming)
+    if not resuming or resumed.last_key is None:
+        failures.start()
+        return start
+    first, kept = _resumed_from(lst, start, stop, resumed.last_key, failures.previous())
+    summary.packed = summary.resumed_packed = resumed.records
+    summary.resumed_from = first
+    for line in kept:
+        summary.failures[kind_of(line)] += 1
+    failures.start(kept)
+    return first
+
+
 def _run(lst: str, root: str, dest: _Destination, opts: PackOptions, progress: Progress, summary: PackSummary, fingerprint: dict, start: int, stop: int) -> None:
     """Stages 2 and 3: encode the list's images and write them, through one loop, into the
     destination's sink: pack's resumable single file, or size-limited shards."""
     out = dest.loop
     sink: RecordSink
-    if opts.shard_size and isinstance(dest, _Files):
-        dest.remove_shards()
-        sink = ShardedWriter(out.rec, opts.shard_size)
-        resumable = False
+    if opts.shard_size:  # local files only: the other destinations refuse shards
+        dest.prepare()
+        sink = shards = ShardedWriter(out.rec, opts.shard_size)
     else:
         resuming = PackFiles.claim(out, fingerprint, opts.overwrite, opts.resume)
         sink = files = PackFiles(out, dest.stream_to, opts.storage_options)
-        resumable = True
     failures = FailureList(out.failed)
     try:
-        first = start
-        if resumable:
-            resumed = files.open(fingerprint, resuming)
-            first, kept = _resumed_from(lst, start, stop, resumed.last_key, failures.previous()) if resuming else (start, [])
-            summary.packed = summary.resumed_packed = resumed.records
-            summary.resumed_from = first if resuming and resumed.last_key is not None else 0
-            for line in kept:
-                summary.failures[kind_of(line)] += 1
-            failures.start(kept)
-        else:
+        if opts.shard_size:
             failures.start()
+            first = start
+        else:
+            first = _open_files(files, resuming, failures, lst, start, stop, summary, fingerprint)
         with _encoder(opts) as encode:  # before the bar: tqdm's monitor thread would rule out fork
             progress.start(summary.images, first - start)
             tasks = iter_tasks(lst, root, opts, first, stop)
@@ -700,18 +709,18 @@ def _run(lst: str, root: str, dest: _Destination, opts: PackOptions, progress: P
         sink.commit()
         failures.commit()
     except BaseException as e:
-        sink.abort()
-        if resumable:
-            failures.close()
-        else:
+        sink.abort()  # PackFiles keeps its partial files for --resume; shards are removed
+        if opts.shard_size:
             failures.abort()
+        else:
+            failures.close()
         if isinstance(e, OSError):
-            hint = "; the partial output is kept: rerun with --resume once this is fixed (or --overwrite to start again)" if resumable else ""
+            hint = "" if opts.shard_size else "; the partial output is kept: rerun with --resume once this is fixed (or --overwrite to start again)"
             raise PackError(f"{e.filename or partial(out.rec)}: {e.strerror or e}{hint}") from None
         raise
-    if isinstance(sink, ShardedWriter):
+    if opts.shard_size:
         summary.manifest = manifest_path(out.rec)
-        summary.shards = [s.rec for s in sink.shards]
+        summary.shards = [s.rec for s in shards.shards]
 
 
 # --------------------------------------------------------------------------- the pipeline
