@@ -208,6 +208,46 @@ def list_command(root, prefix, exts, recursive, train_ratio, test_ratio, chunks,
         click.echo(f"{staged.shown(result.classes_path or '')}: {plural(len(result.classes), 'class', 'classes')}")
 
 
+def image_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The per-image options of ``pack`` (``image.ImageOptions``, with its defaults), as one
+    decorator: the command gets them as ``image_options``, checked (OptionError: exit 2)."""
+
+    @functools.wraps(command)
+    def with_image_options(*args: Any, resize: int, center_crop: bool, quality: int | None, encoding: str, color: str, alpha_background: Any, pass_through: bool, inter_method: int, full_decode: bool, max_pixels: int, **kwargs: Any) -> Any:
+        with _usage_errors():
+            kwargs["image_options"] = image.ImageOptions(
+                resize=resize,
+                center_crop=center_crop,
+                quality=quality,
+                encoding=encoding,
+                color=int(color),
+                inter_method=inter_method,
+                pass_through=pass_through,
+                reduced_decode=not full_decode,
+                max_pixels=max_pixels,
+                alpha_background=alpha_background,
+            )
+        return command(*args, **kwargs)
+
+    for option in reversed(_IMAGE_OPTIONS):
+        with_image_options = option(with_image_options)
+    return with_image_options
+
+
+_IMAGE_OPTIONS = [
+    click.option("--resize", type=click.IntRange(min=0), default=0, show_default=True, help="Resize so the shorter edge is N pixels (0: keep the size)."),
+    click.option("--center-crop", is_flag=True, help="Crop the central square first."),
+    click.option("--quality", type=int, default=None, help="JPEG quality 1-100 [default: 95], or PNG compression 0-9 [default: 9: im2rec.py passes its quality 95, which OpenCV takes as 9]."),
+    click.option("--encoding", type=click.Choice(image.ENCODINGS), default=".jpg", show_default=True, help="Encoding of the stored images."),
+    click.option("--color", type=click.Choice(["1", "0", "-1"]), default="1", show_default=True, help="1: colour, 0: gray (both drop alpha, as im2rec.py: images that had transparency are counted and named), -1: unchanged (alpha and 16 bits kept, no EXIF rotation)."),
+    click.option("--alpha-background", type=_Parsed("COLOR", image.parse_color), default=None, help="Composite images that have transparency over COLOR (white, black, #RRGGBB or R,G,B) instead of dropping their alpha channel; opaque images are unchanged. With --color 1 or 0, not -1 or --pass-through."),
+    click.option("--pass-through", is_flag=True, help="Store each file's bytes unchanged (no decode, resize or re-encode; cheap checks only)."),
+    click.option("--inter-method", type=_Parsed("METHOD", image.parse_inter_method), default="linear", show_default=True, help="Resize interpolation: nearest, linear, cubic, area, lanczos, auto, random (or im2rec.cc's 0-4, 9, 10)."),
+    click.option("--full-decode", is_flag=True, help="Always decode JPEGs at full size (by default a JPEG 3x larger than the target is decoded at 1/2, 1/4 or 1/8 scale: faster, less aliasing)."),
+    click.option("--max-pixels", type=click.IntRange(min=1), default=image.DEFAULT_MAX_PIXELS, show_default=True, help="Skip images with more pixels than this, read from the header before decoding (decompression bombs)."),
+]
+
+
 class _Bar(packing.Progress):
     """A tqdm bar on stderr (images/s, ETA, failures so far); silent when stderr is not a terminal."""
 
@@ -248,16 +288,7 @@ def _raise_terminated(signum, frame):
 @click.argument("lst", metavar="LIST", type=_PathOrURL())
 @click.argument("root", type=_PathOrURL(folder=True))
 @click.argument("out", required=False, type=click.Path(dir_okay=False))
-@click.option("--resize", type=click.IntRange(min=0), default=0, show_default=True, help="Resize so the shorter edge is N pixels (0: keep the size).")
-@click.option("--center-crop", is_flag=True, help="Crop the central square first.")
-@click.option("--quality", type=int, default=None, help="JPEG quality 1-100 [default: 95], or PNG compression 0-9 [default: 9: im2rec.py passes its quality 95, which OpenCV takes as 9].")
-@click.option("--encoding", type=click.Choice(image.ENCODINGS), default=".jpg", show_default=True, help="Encoding of the stored images.")
-@click.option("--color", type=click.Choice(["1", "0", "-1"]), default="1", show_default=True, help="1: colour, 0: gray (both drop alpha, as im2rec.py: images that had transparency are counted and named), -1: unchanged (alpha and 16 bits kept, no EXIF rotation).")
-@click.option("--alpha-background", type=_Parsed("COLOR", image.parse_color), default=None, help="Composite images that have transparency over COLOR (white, black, #RRGGBB or R,G,B) instead of dropping their alpha channel; opaque images are unchanged. With --color 1 or 0, not -1 or --pass-through.")
-@click.option("--pass-through", is_flag=True, help="Store each file's bytes unchanged (no decode, resize or re-encode; cheap checks only).")
-@click.option("--inter-method", type=_Parsed("METHOD", image.parse_inter_method), default="linear", show_default=True, help="Resize interpolation: nearest, linear, cubic, area, lanczos, auto, random (or im2rec.cc's 0-4, 9, 10).")
-@click.option("--full-decode", is_flag=True, help="Always decode JPEGs at full size (by default a JPEG 3x larger than the target is decoded at 1/2, 1/4 or 1/8 scale: faster, less aliasing).")
-@click.option("--max-pixels", type=click.IntRange(min=1), default=image.DEFAULT_MAX_PIXELS, show_default=True, help="Skip images with more pixels than this, read from the header before decoding (decompression bombs).")
+@image_options
 @click.option("--pack-label", is_flag=True, help="Store every label of a line that has several (flag = label count), as im2rec.py.")
 @click.option("--label-width", type=click.IntRange(min=1), default=None, help="Require exactly N labels on every line and store them all (for ImageRecordIter(label_width=N) and DALI).")
 @click.option("--layout", type=click.Choice(["plain", "insightface"]), default="plain", show_default=True, help="plain: im2rec.py's (keys = list indices); insightface: face-recognition training sets as insightface's RecBuilder writes them (labels = integer identity ids; header and identity records, a property file).")
@@ -276,7 +307,7 @@ def _raise_terminated(signum, frame):
 @quiet_option
 @storage_option
 @translate_errors
-def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, alpha_background, pass_through, inter_method, full_decode, max_pixels, pack_label, label_width, layout, allow_outside_root, workers, strict, max_errors, overwrite, resume, stats_path, num_parts, part_index, shard_size, dask_address, no_merge, quiet, storage_options):
+def pack_command(lst, root, out, image_options, pack_label, label_width, layout, allow_outside_root, workers, strict, max_errors, overwrite, resume, stats_path, num_parts, part_index, shard_size, dask_address, no_merge, quiet, storage_options):
     """Pack the images of LIST (paths relative to ROOT) into OUT.rec and OUT.idx.
 
     OUT defaults to LIST with .rec. Each record holds the list index as its id and
@@ -317,18 +348,6 @@ def pack_command(lst, root, out, resize, center_crop, quality, encoding, color, 
     if dask_address is not None and stats_path is not None:
         raise click.UsageError("--stats is written by single runs and parts, not yet by --dask")
     with _usage_errors():
-        image_options = image.ImageOptions(
-            resize=resize,
-            center_crop=center_crop,
-            quality=quality,
-            encoding=encoding,
-            color=int(color),
-            inter_method=inter_method,
-            pass_through=pass_through,
-            reduced_decode=not full_decode,
-            max_pixels=max_pixels,
-            alpha_background=alpha_background,
-        )
         options = packing.PackOptions(
             image=image_options,
             pack_label=pack_label,
