@@ -27,8 +27,8 @@ from typing import Any
 from . import storage
 from .errors import Im2recError, OptionError, PackError
 from .faces import insightface_outputs
-from .fsutil import make_parents, remove_quietly
-from .outputs import Outputs, refuse_existing
+from .fsutil import remove_quietly
+from .outputs import Outputs, make_output_folder, refuse_existing
 from .packing import PackOptions, PackSummary, check_list, pack
 from .recordio import sibling
 from .shards import layout_path, merge, part_path
@@ -89,6 +89,63 @@ def _client(address: str, workers: int) -> Any:
         raise PackError(f"cannot reach the Dask scheduler at {address}: {e}") from None
 
 
+def _check(lst: str, out_rec: str, options: PackOptions) -> int:
+    """Everything refused before a task runs: the options, existing outputs, the list
+    (checked here through a copy when it is a URL; the tasks read the URL themselves).
+    Returns the list's length."""
+    if options.part_index is not None:
+        raise OptionError("--dask runs every part: leave out --part-index")
+    if options.shard_size is not None:
+        raise OptionError("--shard-size is written by single runs, not yet by --dask")
+    remote = storage.is_url(out_rec)
+    if remote and options.layout == "insightface":
+        raise PackError("--dask --layout insightface with a URL output is not supported yet: write it locally, then upload")
+    if not options.resume:
+        finals = dict.fromkeys([*Outputs.for_rec(out_rec).finals, *(insightface_outputs(out_rec) if options.layout == "insightface" else [])])
+        refuse_existing(finals, options.overwrite, lambda path: storage.there(path, options.storage_options))
+    with storage.StagedInput(lst, (), options.storage_options) as listed:
+        lines = check_list(listed.path, options).lines
+    if not remote:
+        make_output_folder(out_rec)
+    return lines
+
+
+def _run_parts(client: Any, lst: str, root: str, options: PackOptions, summary: DaskSummary, on_part: Callable[[int, PackSummary | None, str | None], None] | None) -> None:
+    """One task per part; each part's summary, or its error, into ``summary`` as it ends."""
+    from dask.distributed import as_completed
+
+    n, out_rec = summary.num_parts, summary.rec
+    futures = {client.submit(pack_part, lst, root, out_rec, options, i, pure=False, key=f"im2rec-part-{i}-of-{n}"): i for i in range(n)}
+    for future in as_completed(futures):
+        i = futures[future]
+        try:
+            part = future.result()
+        except Exception as e:  # the task's own error, raised again here
+            summary.failed_parts[i] = f"{type(e).__name__}: {e}" if not isinstance(e, Im2recError) else str(e)
+            if on_part:
+                on_part(i, None, summary.failed_parts[i])
+            continue
+        summary.parts[i] = part
+        if on_part:
+            on_part(i, part, None)
+
+
+def _merge(out_rec: str, n: int, options: PackOptions) -> int | None:
+    """Join the ``n`` parts as ``im2rec merge`` does, then delete them; returns the identities
+    of an insightface layout. The outputs were checked before the run; in S3 the parts are
+    joined by server-side copies; the parts of an insightface pack are laid out as one."""
+    remote = storage.is_url(out_rec)
+    parts = [part_path(out_rec, i, n) for i in range(n)]
+    merged = merge(out_rec, parts, options.layout, overwrite=options.overwrite or remote or options.layout == "insightface", storage_options=options.storage_options)
+    leftovers = [path for p in parts for path in (*Outputs.for_rec(p).finals, layout_path(p))]
+    if remote:
+        storage.remove(leftovers, options.storage_options)
+    else:
+        for path in leftovers:
+            remove_quietly(path)
+    return merged.identities
+
+
 def rerun_command(lst: str, root: str, out_rec: str, part_index: int, num_parts: int) -> str:
     return f"im2rec pack {lst} {root} {out_rec} --num-parts {num_parts} --part-index {part_index} [same options]"
 
@@ -122,28 +179,9 @@ def pack_dask(
             (the message names the parts and how to rerun them).
         ListFormatError: the list is malformed (checked here, before any task runs).
     """
-    if options.part_index is not None:
-        raise OptionError("--dask runs every part: leave out --part-index")
-    if options.shard_size is not None:
-        raise OptionError("--shard-size is written by single runs, not yet by --dask")
     started = time.perf_counter()
     out_rec = out_rec or sibling(lst, "rec")
-    remote = storage.is_url(out_rec)
-    if remote and options.layout == "insightface":
-        raise PackError("--dask --layout insightface with a URL output is not supported yet: write it locally, then upload")
-    if not options.resume:
-        finals = dict.fromkeys([*Outputs.for_rec(out_rec).finals, *(insightface_outputs(out_rec) if options.layout == "insightface" else [])])
-        refuse_existing(finals, options.overwrite, lambda path: storage.there(path, options.storage_options))
-    if storage.is_url(lst):  # checked here through a copy; the tasks read the URL themselves
-        with storage.StagedInput(lst, (), options.storage_options) as copy:
-            lines = check_list(copy.path, options).lines
-    else:
-        lines = check_list(lst, options).lines
-    if not remote:
-        try:
-            make_parents(out_rec)
-        except OSError as e:
-            raise PackError(f"cannot create the output folder {e.filename}: {e.strerror}") from None
+    lines = _check(lst, out_rec, options)
 
     def absolute(path: str) -> str:
         return path if storage.is_url(path) else os.path.abspath(path)
@@ -155,21 +193,7 @@ def pack_dask(
         n = num_parts or max(1, min(4 * workers, lines // 100 or 1))
         options = dataclasses.replace(options, num_parts=n)  # each task's part_index is checked against it
         summary = DaskSummary(out_rec, n, workers=workers)
-        futures = {client.submit(pack_part, lst, root, out_rec, options, i, pure=False, key=f"im2rec-part-{i}-of-{n}"): i for i in range(n)}
-        from dask.distributed import as_completed
-
-        for future in as_completed(futures):
-            i = futures[future]
-            try:
-                part = future.result()
-            except Exception as e:  # the task's own error, raised again here
-                summary.failed_parts[i] = f"{type(e).__name__}: {e}" if not isinstance(e, Im2recError) else str(e)
-                if on_part:
-                    on_part(i, None, summary.failed_parts[i])
-                continue
-            summary.parts[i] = part
-            if on_part:
-                on_part(i, part, None)
+        _run_parts(client, lst, root, options, summary, on_part)
     finally:
         cluster = getattr(client, "cluster", None)
         client.close()
@@ -179,17 +203,7 @@ def pack_dask(
         lines_ = [f"part {i}: {err}; rerun it alone with: {rerun_command(lst, root, out_rec, i, n)}" for i, err in sorted(summary.failed_parts.items())]
         raise PackError(f"{len(summary.failed_parts)} of {n} parts failed; the others are kept\n" + "\n".join(lines_))
     if merge_parts:
-        parts = [part_path(out_rec, i, n) for i in range(n)]
-        # The outputs were checked before the run (S3: joined by server-side copies). Parts of
-        # an insightface pack hold the images plain: merge lays the whole out.
-        merged = merge(out_rec, parts, options.layout, overwrite=options.overwrite or remote or options.layout == "insightface", storage_options=options.storage_options)
-        summary.identities = merged.identities
-        leftovers = [path for p in parts for path in (*Outputs.for_rec(p).finals, layout_path(p))]
-        if remote:
-            storage.remove(leftovers, options.storage_options)
-        else:
-            for path in leftovers:
-                remove_quietly(path)
+        summary.identities = _merge(out_rec, n, options)
         summary.merged = True
     summary.seconds = time.perf_counter() - started
     return summary

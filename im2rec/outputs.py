@@ -35,6 +35,7 @@ __all__ = [
     "PackFiles",
     "RecordFile",
     "RecordSink",
+    "make_output_folder",
     "partial",
     "refuse_existing",
 ]
@@ -66,6 +67,18 @@ class RecordSink(Protocol):
 def partial(path: str) -> str:
     """The name ``path`` grows under until it is complete."""
     return path + ".partial"
+
+
+def make_output_folder(path: str) -> None:
+    """Create the missing folders of an output, once its command's checks have passed.
+
+    Raises:
+        PackError: a folder cannot be created.
+    """
+    try:
+        make_parents(path)
+    except OSError as e:
+        raise PackError(f"cannot create the output folder {e.filename}: {e.strerror}") from None
 
 
 def refuse_existing(paths: Iterable[str], overwrite: bool, there: Callable[[str], bool] = os.path.exists) -> None:

@@ -54,7 +54,7 @@ from .errors import ImageError, ListFormatError, OptionError, OutputExistsError,
 from .fsutil import atomic_open, commit, make_parents, remove_quietly
 from .image import ImageOptions, format_color, init_worker, transform_image
 from .lst import format_label, iter_lst
-from .outputs import FailureList, Outputs, PackFiles, RecordSink, kind_of, partial, refuse_existing
+from .outputs import FailureList, Outputs, PackFiles, RecordSink, kind_of, make_output_folder, partial, refuse_existing
 from .pool import OrderedPool
 from .shards import ShardedWriter, existing_shard_outputs, layout_path, manifest_path, part_path
 
@@ -783,7 +783,7 @@ def pack(
                 check.extra_labels,
             )
         check_root(listed.path, root, opts, start, stop)
-        _make_output_folder(dest.loop.rec)
+        make_output_folder(dest.loop.rec)
         if dest.written():
             summary.already_complete = True  # the records were written by an earlier run; what follows them was not
         else:
@@ -793,13 +793,6 @@ def pack(
     summary.complete = True
     summary.seconds = time.perf_counter() - started
     return summary
-
-
-def _make_output_folder(path: str) -> None:
-    try:
-        make_parents(path)
-    except OSError as e:
-        raise PackError(f"cannot create the output folder {e.filename}: {e.strerror}") from None
 
 
 def _warn(summary: PackSummary) -> None:
