@@ -1,8 +1,9 @@
 """The ``im2rec`` command line: a thin click layer over the library.
 
-Each command parses its options, calls one library function and prints the
-result. Library errors (Im2recError) become ``Error: ...`` and exit status 1,
-here and nowhere else; usage errors exit with 2, as click does.
+Each command parses its arguments, calls one library function and prints the
+result (reports format themselves). Library errors (Im2recError) become
+``Error: ...`` and exit status 1; options the library refuses (OptionError) and
+click's own usage errors exit with 2. ``legacy`` does the same for ``im2rec-py``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import click
 
-from . import __version__, faces, image, inspection, listing, packing, shards, storage, verification
+from . import __version__, faces, image, inspection, listing, packing, recordio, shards, storage, verification
 from .console import warnings_on_stderr
 from .errors import Im2recError, OptionError, TooManyFailures
 
@@ -537,7 +538,7 @@ def combine_command(out, inputs, labels, layout, overwrite, quiet, storage_optio
 
 def _staged_input(path: str, storage_options) -> storage.StagedInput:
     """A .rec read as a local file: for a URL, a downloaded copy with its .idx and property."""
-    return storage.StagedInput(path, (".idx", "property"), storage_options)
+    return storage.StagedInput(path, (recordio.sibling(path, "idx"), recordio.sibling(path, "property")), storage_options)
 
 
 def _warn_sizes(result, staged: storage.StagedOutput) -> None:

@@ -749,8 +749,9 @@ class StagedOutput(_Staging):
 
 class StagedInput(_Staging):
     """An input that a command reads as a local file: for a URL, a downloaded copy in a new
-    staging folder, with the siblings it reads beside it (``.idx``, ``property``), removed
-    when the ``with`` block ends. ``path`` is the name to read (None for no ``source``).
+    staging folder, with the ``siblings`` it reads beside it (the URLs of its ``.idx`` and
+    ``property``, say: those that exist), removed when the ``with`` block ends. ``path`` is
+    the name to read (None for no ``source``).
 
     Raises:
         StorageError: the object is missing or cannot be read.
@@ -761,23 +762,21 @@ class StagedInput(_Staging):
         self.path = source
         if source is None or not is_url(source):
             return
-        folder, name = _split_url(source)
+        _, name = _split_url(source)
         fs, path = filesystem(source, storage_options)
         self.path = os.path.join(self._make("in-"), name)
-        stem = os.path.splitext(name)[0]
         try:
             try:
                 fs.get_file(path, self.path)
             except Exception as e:
                 raise _translate(source, e) from None
-            for sibling in siblings:  # ".idx" -> STEM.idx; "property" -> property
-                other = stem + sibling if sibling.startswith(".") else sibling
+            for sibling in siblings:
                 try:
-                    fs.get_file(object_path(join(folder, other)), os.path.join(self._dir, other))
+                    fs.get_file(object_path(sibling), os.path.join(self._dir, _split_url(sibling)[1]))
                 except FileNotFoundError:
                     pass
                 except Exception as e:
-                    raise _translate(join(folder, other), e) from None
+                    raise _translate(sibling, e) from None
         except BaseException:
             self.close()
             raise
