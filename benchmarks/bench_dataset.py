@@ -23,13 +23,12 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import best_of, corpus, row  # noqa: E402
+import cv2
+import numpy as np
+from common import best_of, corpus, row
 
-import cv2  # noqa: E402
-import numpy as np  # noqa: E402
-
-from im2rec import recordio  # noqa: E402
-from im2rec.dataset import RecordDataset  # noqa: E402
+from im2rec import recordio
+from im2rec.dataset import RecordDataset
 
 
 def main() -> None:

@@ -26,9 +26,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import best_of, row  # noqa: E402
+from common import best_of, row
 
-from im2rec import faces, recordio  # noqa: E402
+from im2rec import faces, recordio
 
 FACES = Path(__file__).resolve().parent.parent / "tests" / "data" / "insightface" / "images"
 

@@ -23,9 +23,9 @@ import cv2
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import corpus, image_files, row  # noqa: E402
+from common import corpus, image_files, row
 
-from im2rec.image import ImageOptions, _reduction, image_info, transform  # noqa: E402
+from im2rec.image import ImageOptions, _reduction, image_info, transform
 
 
 def main() -> None:

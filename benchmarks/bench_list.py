@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import row  # noqa: E402
+from common import row
 
 IM2REC_PY = r'''
 import os, random, sys, resource

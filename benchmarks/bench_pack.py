@@ -43,14 +43,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import corpus, row  # noqa: E402
+import cv2
+import numpy as np
+from common import corpus, row
 
-import cv2  # noqa: E402
-import numpy as np  # noqa: E402
-
-from im2rec import recordio  # noqa: E402
-from im2rec.lst import ListEntry, read_lst, write_lst  # noqa: E402
-
+from im2rec import recordio
+from im2rec.lst import ListEntry, read_lst, write_lst
 
 # --------------------------------------------------------------------------- memory of a process tree
 

@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import best_of, corpus, image_files, row  # noqa: E402
+from common import best_of, corpus, image_files, row
 
-from im2rec import recordio  # noqa: E402
+from im2rec import recordio
 
 PART = struct.Struct("<II")
 
@@ -38,7 +38,7 @@ class NaiveReader:
     """Seek-and-read through a file object, as MXNet's C++ reader does."""
 
     def __init__(self, rec: str, idx: str):
-        self.f = open(rec, "rb")
+        self.f = open(rec, "rb")  # noqa: SIM115 (the naive reader keeps its file open for the run, as MXNet's does)
         self.idx = naive_index(idx)
 
     def read_at(self, pos: int) -> bytes:

@@ -34,12 +34,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import best_of, corpus, image_files, row  # noqa: E402
+from common import best_of, corpus, image_files, row
 
-from im2rec.lst import ListEntry, write_lst  # noqa: E402
+from im2rec.lst import ListEntry, write_lst
 
 MAXRSS = "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
 
@@ -151,7 +150,7 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def tree_pss_kb(pid: int) -> Tuple[int, int]:
+def tree_pss_kb(pid: int) -> tuple[int, int]:
     """The summed PSS of a process and all its descendants, and that of the process alone, in kB."""
     children: dict = {}
     for entry in os.listdir("/proc"):
@@ -176,7 +175,7 @@ def tree_pss_kb(pid: int) -> Tuple[int, int]:
     return total, top
 
 
-def run_sampled(cmd, env) -> Tuple[float, float, float]:
+def run_sampled(cmd, env) -> tuple[float, float, float]:
     """(seconds, peak MB of the summed PSS of the command's process tree, peak MB of its main process)."""
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
@@ -218,7 +217,7 @@ def reencode(fs, tmp: Path, env: dict, args) -> None:
             runs["local"].append(run_sampled(local, env))
             runs["s3"].append(run_sampled(remote, env))
             runs["file"].append(run_sampled(through, env))
-            runs["floor"].append(best_of(lambda: [s3fs_cat(paths[i : i + 32]) for i in range(0, len(paths), 32)], 1))
+            runs["floor"].append(best_of(lambda paths=paths: [s3fs_cat(paths[i : i + 32]) for i in range(0, len(paths), 32)], 1))
         same = fs.cat_file(f"bench/out/{name}.rec") == (tmp / f"{name}.rec").read_bytes()
         t_local, t_s3 = min(r[0] for r in runs["local"]), min(r[0] for r in runs["s3"])
         m_local, m_s3 = max(r[1] for r in runs["local"]), max(r[1] for r in runs["s3"])

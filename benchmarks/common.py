@@ -6,8 +6,8 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, List, Tuple
 
 from im2rec.synthetic import CorpusSpec, make_corpus
 
@@ -33,12 +33,12 @@ def corpus(name: str = "imagenet") -> Path:
     return out
 
 
-def image_files(root: Path) -> List[Path]:
+def image_files(root: Path) -> list[Path]:
     """Every image under root, sorted."""
     return sorted(p for p in root.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
 
 
-def best_of(fn: Callable[[], object], rounds: int = 5, setup: Callable[[], object] | None = None) -> Tuple[float, float]:
+def best_of(fn: Callable[[], object], rounds: int = 5, setup: Callable[[], object] | None = None) -> tuple[float, float]:
     """Run fn `rounds` times, each after an untimed `setup`; return (best, median) seconds."""
     times = []
     for _ in range(rounds):
