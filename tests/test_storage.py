@@ -521,21 +521,18 @@ def test_the_rec_is_streamed_to_s3_while_it_is_written(s3, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def real_size_corpora(tmp_path_factory, s3):
-    """The generator's ImageNet-like (about 70 KB) and large (about 2 MB) JPEGs, locally and under s3://data/real/."""
-    from im2rec.synthetic import CorpusSpec, make_corpus
+def real_size_corpora(real_size_folders, s3):
+    """The generator's ImageNet-like (about 70 KB) and large (about 2.5 MB) JPEGs, locally and under s3://data/real/.
 
-    base = tmp_path_factory.mktemp("real")
-    fs = store()
-    corpora = {}
-    # Enough images for three task batches per worker: a batch of fetched bytes and a batch
-    # of records both far over a pipe's buffer, the pattern that deadlocked the pool.
-    for size, spec in (("imagenet", CorpusSpec(classes=4, per_class=30, size="imagenet")), ("large", CorpusSpec(classes=2, per_class=17, size="large"))):
-        folder = base / size
-        make_corpus(str(folder), spec, workers=2)
-        fs.put(str(folder), f"data/real/{size}", recursive=True)
-        corpora[size] = folder
-    return corpora
+    32 ImageNet-like images make batches of 2-4 images, about 5 for each of 2 workers. The
+    large ones are 4 per worker of a default pack (every core, conftest.REAL_SIZE): the first
+    batches, sent before any result is back, hold 2 images, so every worker gets 2 batches, a
+    task batch of fetched bytes and a batch of records each about 5 MB, far over a pipe's
+    buffer: the pattern that deadlocked the pool (a batch sent while the worker writes the
+    results of the one before)."""
+    for size, folder in real_size_folders.items():
+        store().put(str(folder), f"data/real/{size}", recursive=True)
+    return real_size_folders
 
 
 @pytest.mark.parametrize("size", ["imagenet", "large"])
