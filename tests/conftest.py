@@ -133,3 +133,33 @@ def real_size_folders() -> dict:
             time.sleep(0.1)
     return {size: base / size for size in REAL_SIZE}
 
+
+# --------------------------------------------------------------------------- a Dask cluster
+
+
+@pytest.fixture(scope="session")
+def dask_cluster():
+    """The address of a running cluster, as `--dask local` starts one (2 single-threaded worker
+    processes), for the tests that pass it as `--dask tcp://...`: one cluster for the session,
+    not one per test. (tests/test_shards.py keeps a test of `--dask local` starting its own.)"""
+    pytest.importorskip("distributed")
+    code = (
+        "import sys\n"
+        "from dask.distributed import LocalCluster\n"
+        "with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:\n"
+        "    print(cluster.scheduler_address, flush=True)\n"
+        "    sys.stdin.read()  # until the session closes our end\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        with deadline(120, "starting a Dask LocalCluster"):  # a hang guard
+            address = proc.stdout.readline().strip()
+        assert address.startswith("tcp://"), address
+        yield address
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
