@@ -64,7 +64,7 @@ def deadline(seconds: int, what: str = "the call"):
 # done by then.
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 REAL_SIZE = {
-    "imagenet": ["--classes", "4", "--per-class", "8", "--size", "imagenet", "--workers", "1"],
+    "imagenet": ["--classes", "4", "--per-class", "5", "--size", "imagenet", "--workers", "1"],
     # 4 images per worker of a default pack (every core): 2 task batches of 2 for each
     "large": ["--classes", "2", "--per-class", str(2 * CORES), "--size", "large"],
 }

@@ -524,8 +524,8 @@ def test_the_rec_is_streamed_to_s3_while_it_is_written(s3, tmp_path):
 def real_size_corpora(real_size_folders, s3):
     """The generator's ImageNet-like (about 70 KB) and large (about 2.5 MB) JPEGs, locally and under s3://data/real/.
 
-    32 ImageNet-like images make batches of 2-4 images, about 5 for each of 2 workers. The
-    large ones are 4 per worker of a default pack (every core, conftest.REAL_SIZE): the first
+    20 ImageNet-like images make task batches of 2-8 images (100-650 KB of fetched bytes, over
+    a pipe's 64 KB), at least 2 for each of 2 workers. The large ones are 4 per worker of a default pack (every core, conftest.REAL_SIZE): the first
     batches, sent before any result is back, hold 2 images, so every worker gets 2 batches, a
     task batch of fetched bytes and a batch of records each about 5 MB, far over a pipe's
     buffer: the pattern that deadlocked the pool (a batch sent while the worker writes the
