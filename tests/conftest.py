@@ -1,5 +1,11 @@
 import json
+import os
+import shutil
 import signal
+import subprocess
+import sys
+import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -47,3 +53,113 @@ def deadline(seconds: int, what: str = "the call"):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+# --------------------------------------------------------------------------- real-size corpora
+
+# The generator's ImageNet-like (about 70 KB) and large (about 2.5 MB, 10 MP) JPEGs, written by
+# the generator's command line (im2rec.synthetic.main). A large one takes 1.4 s to generate: the
+# folders are made once per session (once for all pytest-xdist workers), in the background from
+# the end of collection, while the other tests run; a test waits for them only if they are not
+# done by then.
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+REAL_SIZE = {
+    "imagenet": ["--classes", "4", "--per-class", "5", "--size", "imagenet", "--workers", "1"],
+    # 4 images per worker of a default pack (every core): 2 task batches of 2 for each
+    "large": ["--classes", "2", "--per-class", str(2 * CORES), "--size", "large"],
+}
+REAL_SIZE_ENV = "IM2REC_TEST_REAL_SIZE"  # the session's folder for them, inherited by xdist's workers
+GENERATE = """
+import sys, traceback
+from pathlib import Path
+from im2rec.synthetic import main
+base = Path(sys.argv[1])
+try:
+    for size, args in zip(sys.argv[2::2], sys.argv[3::2]):
+        main([str(base / size), *args.split()])
+except BaseException:
+    (base / "failed").write_text(traceback.format_exc())
+    raise
+(base / "done").write_text("")
+"""
+_generator = {}
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the main process, or xdist's controller
+        _generator["base"] = base = tempfile.mkdtemp(prefix="im2rec-real-size-")
+        os.environ[REAL_SIZE_ENV] = base
+
+
+def pytest_collection_finish(session):
+    """Start the generator if a collected test needs it, in whichever process collects it first."""
+    if not any("real_size_folders" in getattr(item, "fixturenames", ()) for item in session.items):
+        return
+    base = Path(os.environ[REAL_SIZE_ENV])
+    try:
+        (base / "claimed").open("x").close()
+    except FileExistsError:  # another xdist worker started it
+        return
+    command = [sys.executable, "-c", GENERATE, str(base)]
+    for size, args in REAL_SIZE.items():
+        command += [size, " ".join(args)]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    (base / "pid").write_text(str(proc.pid))
+    _generator["proc"] = proc
+
+
+def pytest_unconfigure(config):
+    if "base" not in _generator:
+        return
+    base = Path(_generator["base"])
+    if (base / "pid").exists() and not (base / "done").exists() and not (base / "failed").exists():
+        try:  # still generating (the run was cut short): stop the generator and its pool
+            os.killpg(int((base / "pid").read_text()), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if "proc" in _generator:
+        _generator["proc"].wait()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def real_size_folders() -> dict:
+    """``{"imagenet": folder, "large": folder}``: the generator's real-size corpora (see REAL_SIZE)."""
+    base = Path(os.environ[REAL_SIZE_ENV])
+    with deadline(600, "generating the real-size corpora"):  # a hang guard
+        while not (base / "done").exists():
+            assert not (base / "failed").exists(), (base / "failed").read_text()
+            assert (base / "claimed").exists(), "the corpora were not started: is real_size_folders used by a collected test?"
+            time.sleep(0.1)
+    return {size: base / size for size in REAL_SIZE}
+
+
+# --------------------------------------------------------------------------- a Dask cluster
+
+
+@pytest.fixture(scope="session")
+def dask_cluster():
+    """The address of a running cluster, as `--dask local` starts one (2 single-threaded worker
+    processes), for the tests that pass it as `--dask tcp://...`: one cluster for the session,
+    not one per test. (tests/test_shards.py keeps a test of `--dask local` starting its own.)"""
+    pytest.importorskip("distributed")
+    code = (
+        "import sys\n"
+        "from dask.distributed import LocalCluster\n"
+        "with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:\n"
+        "    print(cluster.scheduler_address, flush=True)\n"
+        "    sys.stdin.read()  # until the session closes our end\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        with deadline(120, "starting a Dask LocalCluster"):  # a hang guard
+            address = proc.stdout.readline().strip()
+        assert address.startswith("tcp://"), address
+        yield address
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -145,14 +145,13 @@ def test_pack_insightface_in_parts_then_merge(face, tmp_path):
     assert not (tmp_path / "mixed.rec").exists()
 
 
-def test_pack_insightface_with_dask_defaults(face, tmp_path):
-    pytest.importorskip("distributed")
+def test_pack_insightface_with_dask_defaults(face, tmp_path, dask_cluster):
     entries = read_lst(face / "train.lst")
     big = [ListEntry(r * 100 + e.index, (e.labels[0] + 5 * r,), e.path) for r in range(12) for e in entries]  # 228 lines: 2 parts
     write_lst(tmp_path / "big.lst", big)
     assert run("pack", tmp_path / "big.lst", face, tmp_path / "local" / "train.rec", "--layout", "insightface", "--pass-through", "-q").exit_code == 0
     proc = subprocess.run(
-        [sys.executable, "-m", "im2rec", "pack", tmp_path / "big.lst", face, tmp_path / "dk" / "train.rec", "--layout", "insightface", "--pass-through", "--dask", "local", "--workers", "2"],
+        [sys.executable, "-m", "im2rec", "pack", tmp_path / "big.lst", face, tmp_path / "dk" / "train.rec", "--layout", "insightface", "--pass-through", "--dask", dask_cluster],
         capture_output=True,
         text=True,
         timeout=300,

@@ -19,6 +19,8 @@ from im2rec import recordio
 from im2rec.cli import main
 from im2rec.lst import ListEntry, write_lst
 
+from conftest import deadline
+
 
 def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
@@ -237,16 +239,21 @@ def test_paths_leaving_root_are_refused_before_anything_is_read(tmp_path, data_d
 # --------------------------------------------------------------------------- interrupts, kills, full disks
 
 
+SLOW_JOB = 200  # entries; one is missing: 199 records
+
+
 @pytest.fixture
 def slow_job(tmp_path):
-    """A list of 400 entries of a 1600x1600 photo-like JPEG: a few seconds of work."""
+    """A list of 200 entries of an 800x800 detailed JPEG: about a second of work on two workers,
+    10 MB of 224-px records (about 52 KB each). The .rec is written through a 1 MiB buffer,
+    so it first grows on disk after about 20 records: a tenth of the run, long before its end."""
     root = tmp_path / "img"
     root.mkdir()
     rng = np.random.default_rng(0)
-    big = cv2.resize(rng.integers(0, 255, (200, 200, 3), dtype=np.uint8), (1600, 1600), interpolation=cv2.INTER_CUBIC)
+    big = cv2.resize(rng.integers(0, 255, (200, 200, 3), dtype=np.uint8), (800, 800), interpolation=cv2.INTER_CUBIC)
     (root / "big.jpg").write_bytes(cv2.imencode(".jpg", big, [cv2.IMWRITE_JPEG_QUALITY, 95])[1].tobytes())
     (root / "small.jpg").write_bytes(jpeg_bytes())
-    entries = [ListEntry(i, (float(i % 5),), "big.jpg" if i % 10 else "small.jpg") for i in range(400)]
+    entries = [ListEntry(i, (float(i % 5),), "big.jpg" if i % 10 else "small.jpg") for i in range(SLOW_JOB)]
     entries[7] = ListEntry(7, (0.0,), "missing.jpg")
     write_lst(tmp_path / "slow.lst", entries)
     return tmp_path / "slow.lst", root
@@ -279,8 +286,8 @@ def alive(pid):
 
 
 def wait_for_records(path, n, proc, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline and proc.poll() is None:
+    until = time.time() + timeout  # a hang guard, not a measure: the file grows long before
+    while time.time() < until and proc.poll() is None:
         if os.path.exists(path) and os.path.getsize(path) > n:
             return
         time.sleep(0.02)
@@ -295,11 +302,11 @@ def test_signal_stops_workers_and_leaves_no_final_file(slow_job, tmp_path, sig, 
     wait_for_records(tmp_path / "o.rec.partial", 20_000, proc)
     workers = descendants(proc.pid)
     assert len(workers) >= 2
-    started = time.time()
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=20)
-    assert time.time() - started < 5
+    _, err = proc.communicate(timeout=20)  # a hang guard: the run stops, it does not wait for its workers
     assert proc.returncode == status
+    kept = (tmp_path / "o.idx.partial").read_text().splitlines()
+    assert 0 < len(kept) < SLOW_JOB - 1  # stopped part-way: the records before the signal kept, not the run finished
     assert err == f"Error: {word}; the finished part is kept: rerun with --resume to continue\n"
     assert not any(alive(p) for p in workers)
     assert not any((tmp_path / n).exists() for n in ("o.rec", "o.idx", "o.failed.tsv"))
@@ -315,10 +322,9 @@ def test_kill_9_then_resume_gives_identical_bytes(slow_job, tmp_path):
     assert len(workers) >= 2
     proc.kill()
     proc.wait()
-    deadline = time.time() + 5
-    while any(alive(p) for p in workers) and time.time() < deadline:
-        time.sleep(0.05)
-    assert not any(alive(p) for p in workers), "workers outlived their killed parent"
+    with deadline(60, "workers outliving their killed parent"):  # a hang guard: they are killed with it (PR_SET_PDEATHSIG)
+        while any(alive(p) for p in workers):
+            time.sleep(0.02)
     assert not (tmp_path / "o.rec").exists()
     again = run("pack", lst, root, tmp_path / "o.rec", *SLOW_ARGS)
     assert again.exit_code == 1 and "--resume" in again.stderr  # a plain rerun refuses to clobber

@@ -138,11 +138,10 @@ def test_a_record_larger_than_the_shard_size_gets_its_own_shard(job, tmp_path):
 # --------------------------------------------------------------------------- Dask
 
 
-def test_dask_local_cluster_merges_to_identical_output(job, tmp_path):
-    pytest.importorskip("distributed")
+def test_dask_local_cluster_merges_to_identical_output(job, tmp_path, dask_cluster):
     lst, root, d = job
     proc = subprocess.run(
-        [sys.executable, "-m", "im2rec", "pack", lst, root, tmp_path / "dk.rec", "--resize", "40", "--dask", "local", "--workers", "2", "--num-parts", "4"],
+        [sys.executable, "-m", "im2rec", "pack", lst, root, tmp_path / "dk.rec", "--resize", "40", "--dask", dask_cluster, "--num-parts", "4"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -153,12 +152,11 @@ def test_dask_local_cluster_merges_to_identical_output(job, tmp_path):
     same_as_whole(tmp_path / "dk.rec", d)
 
 
-def test_dask_failed_part_is_named_with_its_rerun_command(job, tmp_path):
-    pytest.importorskip("distributed")
+def test_dask_failed_part_is_named_with_its_rerun_command(job, tmp_path, dask_cluster):
     lst, root, _ = job
     (tmp_path / "dk-00001-of-00002.rec").write_bytes(b"in the way")  # part 1 cannot be written
     proc = subprocess.run(
-        [sys.executable, "-m", "im2rec", "pack", lst, root, tmp_path / "dk.rec", "--pass-through", "--dask", "local", "--workers", "2", "--num-parts", "2", "-q"],
+        [sys.executable, "-m", "im2rec", "pack", lst, root, tmp_path / "dk.rec", "--pass-through", "--dask", dask_cluster, "--num-parts", "2", "-q"],
         capture_output=True,
         text=True,
         timeout=300,

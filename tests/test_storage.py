@@ -22,6 +22,16 @@ s3fs = pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'i
 moto_server = pytest.importorskip("moto.server", reason="moto is not installed (pip install 'im2rec[test]')")
 
 
+_STORE = {}
+
+
+def store():
+    """The tests' own view of the bucket: one client for the module (a new S3FileSystem costs a
+    new botocore client, 0.15-0.3 s), with no listings cache, so that it sees every change the
+    commands under test make."""
+    return _STORE["fs"]
+
+
 @pytest.fixture(scope="module")
 def s3(data_dir):
     """A moto S3 server on loopback with bucket `data` holding the golden pass-through and insightface files."""
@@ -31,7 +41,7 @@ def s3(data_dir):
     endpoint = f"http://{host}:{port}"
     saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")}
     os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=endpoint)
-    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    fs = _STORE["fs"] = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False, endpoint_url=endpoint)
     fs.mkdir("data")
     for ext in ("rec", "idx", "lst"):
         fs.put(str(data_dir / "im2rec_pack_pass" / f"all.{ext}"), f"data/all.{ext}")
@@ -43,6 +53,7 @@ def s3(data_dir):
     fs.pipe_file("data/tree/cats/.hidden.jpg", b"hidden")
     fs.pipe_file("data/tree/dogs/logo.svg", b"<svg/>")
     yield endpoint
+    _STORE.clear()
     server.stop()
     for k, v in saved.items():
         if v is None:
@@ -104,7 +115,7 @@ def test_cli_inspect_verify_extract_index_on_s3(s3, data_dir, tmp_path):
     assert (tmp_path / "x" / "all.lst").read_text() == run_local_extract(local, tmp_path / "y")
     result = run("index", "s3://data/all.rec", "--idx", "s3://data/rebuilt.idx", "-q")
     assert result.exit_code == 0, result.output
-    assert s3fs.S3FileSystem(skip_instance_cache=True).cat_file("data/rebuilt.idx") == (data_dir / "im2rec_pack_pass" / "all.idx").read_bytes()
+    assert store().cat_file("data/rebuilt.idx") == (data_dir / "im2rec_pack_pass" / "all.idx").read_bytes()
     result = run("index", "s3://data/all.rec", "--idx", "s3://data/rebuilt.idx")
     assert result.exit_code == 1 and result.stderr == "Error: s3://data/rebuilt.idx exists: pass --overwrite to replace it\n"
     result = run("inspect", "s3://data/faces/train.rec", "--grid", tmp_path / "sheet.png", "--samples", "4")
@@ -177,11 +188,11 @@ def test_list_an_s3_prefix_gives_the_lists_of_a_local_copy(s3, data_dir, tmp_pat
 
 
 def s3_bytes(key):
-    return s3fs.S3FileSystem(skip_instance_cache=True).cat_file(key)
+    return store().cat_file(key)
 
 
 def s3_exists(key):
-    return s3fs.S3FileSystem(skip_instance_cache=True).exists(key)
+    return store().exists(key)
 
 
 @pytest.mark.parametrize("options", [["--pass-through"], ["--resize", "64", "--quality", "90", "--workers", "2"]])
@@ -264,7 +275,7 @@ def test_a_failed_upload_leaves_nothing_under_the_key(s3):
 
     with pytest.raises(StorageError, match="^s3://data/partial/big.bin: ConnectionResetError: the disk went away$"):
         storage.upload_stream(FailingSource(), "s3://data/partial/big.bin", block_size=5 << 20)
-    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    fs = store()
     assert not fs.exists("data/partial/big.bin")
     uploads = fs.call_s3("list_multipart_uploads", Bucket="data").get("Uploads", [])
     assert [u["Key"] for u in uploads] == []  # aborted: no orphaned parts
@@ -384,7 +395,7 @@ def test_parts_packed_to_s3_then_merged_in_the_store(s3, data_dir, tmp_path, mon
 
 def test_large_parts_are_joined_by_the_store(s3, tmp_path):
     """Parts of 5 MiB and more: a multipart upload of server-side copies, no byte through this process."""
-    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    fs = store()
     local = tmp_path / "local"
     local.mkdir()
     payloads = [bytes([i]) * (3 << 20) for i in range(4)]  # 3 MiB records, 2 per part
@@ -413,7 +424,7 @@ def test_dask_local_cluster_writes_parts_to_s3_and_merges_them(s3, data_dir, tmp
     write_lst(tmp_path / "big.lst", big)
     assert run("pack", tmp_path / "big.lst", data_dir / "tree", tmp_path / "local.rec", "--resize", "48", "-q").exit_code == 0
     env = dict(os.environ, IM2REC_STAGING=str(tmp_path / "staging"))
-    s3fs.S3FileSystem(skip_instance_cache=True).put(str(tmp_path / "big.lst"), "data/lists/big.lst")
+    store().put(str(tmp_path / "big.lst"), "data/lists/big.lst")
     proc = subprocess.run(
         [sys.executable, "-m", "im2rec", "pack", "s3://data/lists/big.lst", "s3://data/tree", "s3://data/dask/train.rec", "--resize", "48", "--dask", "local", "--workers", "2"],
         capture_output=True,
@@ -425,7 +436,7 @@ def test_dask_local_cluster_writes_parts_to_s3_and_merges_them(s3, data_dir, tmp
     assert "with 2 Dask tasks on 2 workers" in proc.stdout
     for ext in ("rec", "idx", "failed.tsv"):
         assert s3_bytes(f"data/dask/train.{ext}") == (tmp_path / f"local.{ext}").read_bytes(), ext
-    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    fs = store()
     assert sorted(p.rsplit("/", 1)[1] for p in fs.ls("data/dask", refresh=True)) == ["train.failed.tsv", "train.idx", "train.rec"]  # parts removed
 
 
@@ -438,7 +449,7 @@ def test_an_interrupted_pack_to_s3_resumes_from_its_staging_folder(s3, data_dir,
     result = run("pack", tmp_path / "r.lst", "s3://data/tree", out, "--pass-through", "--max-errors", "0")
     assert result.exit_code == 1 and "stopped after 1 failed images" in result.stderr
     assert not s3_exists("data/resumed/all.rec") and not s3_exists("data/resumed/all.idx")  # nothing under the final keys
-    uploads = s3fs.S3FileSystem(skip_instance_cache=True).call_s3("list_multipart_uploads", Bucket="data").get("Uploads", [])
+    uploads = store().call_s3("list_multipart_uploads", Bucket="data").get("Uploads", [])
     assert [u for u in uploads if u["Key"].startswith("resumed/")] == []  # the streamed upload was aborted
     assert list((tmp_path / "staging").rglob("all.rec.partial"))  # the finished part is kept
     result = run("pack", tmp_path / "r.lst", "s3://data/tree", out, "--pass-through", "--resume")
@@ -487,7 +498,7 @@ def test_bad_credentials_are_one_clear_error_before_any_work(tmp_path, data_dir)
 def test_the_rec_is_streamed_to_s3_while_it_is_written(s3, tmp_path):
     from im2rec import storage
 
-    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    fs = store()
     local = tmp_path / "growing.rec"
     streamer = storage.Streamer("s3://data/streamed/x.rec", str(local), part=5 << 20)
     chunks = [bytes([i]) * (3 << 20) for i in range(5)]  # 15 MiB in 3 MiB writes
@@ -510,21 +521,18 @@ def test_the_rec_is_streamed_to_s3_while_it_is_written(s3, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def real_size_corpora(tmp_path_factory, s3):
-    """The generator's ImageNet-like (about 70 KB) and large (about 2 MB) JPEGs, locally and under s3://data/real/."""
-    from im2rec.synthetic import CorpusSpec, make_corpus
+def real_size_corpora(real_size_folders, s3):
+    """The generator's ImageNet-like (about 70 KB) and large (about 2.5 MB) JPEGs, locally and under s3://data/real/.
 
-    base = tmp_path_factory.mktemp("real")
-    fs = s3fs.S3FileSystem(skip_instance_cache=True)
-    corpora = {}
-    # Enough images for three task batches per worker: a batch of fetched bytes and a batch
-    # of records both far over a pipe's buffer, the pattern that deadlocked the pool.
-    for size, spec in (("imagenet", CorpusSpec(classes=4, per_class=30, size="imagenet")), ("large", CorpusSpec(classes=2, per_class=17, size="large"))):
-        folder = base / size
-        make_corpus(str(folder), spec, workers=2)
-        fs.put(str(folder), f"data/real/{size}", recursive=True)
-        corpora[size] = folder
-    return corpora
+    20 ImageNet-like images make task batches of 2-8 images (100-650 KB of fetched bytes, over
+    a pipe's 64 KB), at least 2 for each of 2 workers. The large ones are 4 per worker of a default pack (every core, conftest.REAL_SIZE): the first
+    batches, sent before any result is back, hold 2 images, so every worker gets 2 batches, a
+    task batch of fetched bytes and a batch of records each about 5 MB, far over a pipe's
+    buffer: the pattern that deadlocked the pool (a batch sent while the worker writes the
+    results of the one before)."""
+    for size, folder in real_size_folders.items():
+        store().put(str(folder), f"data/real/{size}", recursive=True)
+    return real_size_folders
 
 
 @pytest.mark.parametrize("size", ["imagenet", "large"])
@@ -546,7 +554,7 @@ def test_default_pack_of_real_size_images_from_s3_to_s3_is_byte_identical_to_loc
 
 
 def s3_names(prefix):
-    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    fs = store()
     return sorted(p[len(prefix) + 1 :] for p in fs.find(prefix))
 
 
@@ -610,7 +618,7 @@ def test_every_url_input_is_read_or_refused_in_words(s3, data_dir, tmp_path, mon
     monkeypatch.setenv("IM2REC_STAGING", str(tmp_path / "staging"))
     monkeypatch.chdir(tmp_path)
     face = data_dir / "insightface"
-    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    fs = store()
     for name in ("plain.rec", "plain.idx", "property", "py3.bin"):
         fs.put(str(face / name), f"data/faces/{name}")
     fs.put(str(face / "pairs" / "pairs.tsv"), "data/faces/pairs.tsv")

@@ -28,28 +28,34 @@ def test_same_spec_same_pixels_and_classes_differ():
 
 
 def test_corpus_folder_is_deterministic_and_photo_sized(tmp_path):
-    spec = CorpusSpec(classes=2, per_class=6, seed=1)
+    spec = CorpusSpec(classes=2, per_class=4, seed=1)  # 8 images: the fewest that make_corpus hands to a process pool
     cv2.setNumThreads(2)  # this process has used OpenCV's thread pool: its workers must not be forked from it
     cv2.resize(np.zeros((2000, 2000, 3), np.uint8), (999, 999), interpolation=cv2.INTER_AREA)
-    assert make_corpus(str(tmp_path / "a"), spec, workers=2)[0] == 12
-    assert make_corpus(str(tmp_path / "b"), spec, workers=1)[0] == 12
+    assert make_corpus(str(tmp_path / "a"), spec, workers=2)[0] == 8
+    assert make_corpus(str(tmp_path / "b"), spec, workers=1)[0] == 8
     files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*.jpg"))
-    assert [str(f) for f in files[:2]] == ["class_0000/img_0000_00000.jpg", "class_0000/img_0000_00001.jpg"] and len(files) == 12
+    assert [str(f) for f in files[:2]] == ["class_0000/img_0000_00000.jpg", "class_0000/img_0000_00001.jpg"] and len(files) == 8
     for f in files:
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes()
     sizes = [(tmp_path / "a" / f).stat().st_size for f in files]
     assert 20_000 < np.mean(sizes) < 200_000  # ImageNet's train JPEGs average about 110 KB
     assert make_corpus(str(tmp_path / "a"), spec) == (0, 0)  # existing images are kept
-    bigger = CorpusSpec(classes=2, per_class=8, seed=1)
+    bigger = CorpusSpec(classes=2, per_class=6, seed=1)
     assert make_corpus(str(tmp_path / "a"), bigger)[0] == 4  # extending adds, never changes
 
 
 @pytest.mark.parametrize("size", ["large"])
-def test_large_photos(size):
-    img = make_image(CorpusSpec(size=size), 0, 0)
-    assert min(img.shape[:2]) >= SIZES[size][0]
-    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 90])
-    assert len(buf) > 500_000  # a phone photo's size, not a flat pattern's
+def test_large_photos(size, real_size_folders):
+    """The generator's own large JPEGs: those of the session's corpus (conftest.REAL_SIZE), not one more."""
+    from im2rec.image import image_info
+
+    files = sorted(real_size_folders[size].rglob("*.jpg"))
+    assert len(files) >= 8
+    for f in files:
+        data = f.read_bytes()
+        kind, w, h = image_info(data)
+        assert kind == "JPEG" and min(w, h) >= SIZES[size][0]
+        assert len(data) > 500_000  # a phone photo's size, not a flat pattern's
 
 
 def test_command_line_then_list_and_pack(tmp_path):
