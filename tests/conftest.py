@@ -86,6 +86,8 @@ _generator = {}
 
 
 def pytest_configure(config):
+    # pytest-xdist's own mark (see pyproject.toml's addopts), known also when xdist is off (-p no:xdist)
+    config.addinivalue_line("markers", "xdist_group(name): under --dist loadgroup, run these tests in one process")
     if not hasattr(config, "workerinput"):  # the main process, or xdist's controller
         _generator["base"] = base = tempfile.mkdtemp(prefix="im2rec-real-size-")
         os.environ[REAL_SIZE_ENV] = base

@@ -143,6 +143,7 @@ def test_insightface_required(packed):
         RecordDataset(rec, insightface=True)
 
 
+@pytest.mark.xdist_group("torch")  # under pytest-xdist: one process imports torch for all DataLoader tests
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_pytorch_dataloader_with_two_workers(packed, context):
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'im2rec[torch]')")

@@ -145,6 +145,7 @@ def test_pack_insightface_in_parts_then_merge(face, tmp_path):
     assert not (tmp_path / "mixed.rec").exists()
 
 
+@pytest.mark.xdist_group("dask")  # under pytest-xdist: one process, so one session cluster
 def test_pack_insightface_with_dask_defaults(face, tmp_path, dask_cluster):
     entries = read_lst(face / "train.lst")
     big = [ListEntry(r * 100 + e.index, (e.labels[0] + 5 * r,), e.path) for r in range(12) for e in entries]  # 228 lines: 2 parts

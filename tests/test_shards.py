@@ -138,6 +138,7 @@ def test_a_record_larger_than_the_shard_size_gets_its_own_shard(job, tmp_path):
 # --------------------------------------------------------------------------- Dask
 
 
+@pytest.mark.xdist_group("dask")  # under pytest-xdist: one process, so one session cluster
 def test_dask_local_cluster_merges_to_identical_output(job, tmp_path, dask_cluster):
     lst, root, d = job
     proc = subprocess.run(
@@ -152,6 +153,7 @@ def test_dask_local_cluster_merges_to_identical_output(job, tmp_path, dask_clust
     same_as_whole(tmp_path / "dk.rec", d)
 
 
+@pytest.mark.xdist_group("dask")
 def test_dask_failed_part_is_named_with_its_rerun_command(job, tmp_path, dask_cluster):
     lst, root, _ = job
     (tmp_path / "dk-00001-of-00002.rec").write_bytes(b"in the way")  # part 1 cannot be written

@@ -87,6 +87,7 @@ def test_mxindexedrecordio_reads_s3_one_request_per_record(s3, data_dir):
     remote.close()
 
 
+@pytest.mark.xdist_group("torch")  # under pytest-xdist: one process imports torch for all DataLoader tests
 def test_record_dataset_on_s3_in_dataloader_workers(s3, data_dir):
     from im2rec import RecordDataset
 
