@@ -64,9 +64,11 @@ def deadline(seconds: int, what: str = "the call"):
 # done by then.
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 REAL_SIZE = {
+    # 10 images per worker of a default pack (every core): 5 task batches of 2 (about 140 KB)
+    # each way, over a pipe's 64 KB: the pattern of the old pool deadlock, at real size.
     "imagenet": ["--classes", "4", "--per-class", "5", "--size", "imagenet", "--workers", "1"],
-    # 4 images per worker of a default pack (every core): 2 task batches of 2 for each
-    "large": ["--classes", "2", "--per-class", str(2 * CORES), "--size", "large"],
+    # a batch of 2 of 5 MB each way for each worker (1.4 s of CPU an image to generate)
+    "large": ["--classes", "2", "--per-class", str(CORES), "--size", "large"],
 }
 REAL_SIZE_ENV = "IM2REC_TEST_REAL_SIZE"  # the session's folder for them, inherited by xdist's workers
 GENERATE = """

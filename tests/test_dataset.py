@@ -144,12 +144,12 @@ def test_insightface_required(packed):
 
 
 @pytest.mark.xdist_group("torch")  # under pytest-xdist: one process imports torch for all DataLoader tests
-@pytest.mark.parametrize("context", ["fork", "spawn"])
-def test_pytorch_dataloader_with_two_workers(packed, context):
+@pytest.mark.parametrize("context,workers", [("fork", 2), ("spawn", 1)])  # a spawned worker imports torch anew: one shows it
+def test_pytorch_dataloader_workers(packed, context, workers):
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'im2rec[torch]')")
     rec, entries = packed
     ds = RecordDataset(rec)
-    loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context=context, shuffle=False)
+    loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=workers, multiprocessing_context=context, shuffle=False)
     images, labels = [], []
     for x, y in loader:
         assert x.shape[1:] == (32, 32, 3) and x.dtype == torch.uint8

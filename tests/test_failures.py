@@ -314,8 +314,8 @@ def test_signal_stops_workers_and_leaves_no_final_file(slow_job, tmp_path, sig, 
 
 def test_kill_9_then_resume_gives_identical_bytes(slow_job, tmp_path):
     lst, root = slow_job
-    ref = subprocess.run([sys.executable, "-m", "im2rec", "pack", lst, root, tmp_path / "ref.rec", *SLOW_ARGS], capture_output=True)
-    assert ref.returncode == 0, ref.stderr
+    ref = run("pack", lst, root, tmp_path / "ref.rec", *SLOW_ARGS)
+    assert ref.exit_code == 0, ref.output
     proc = cli("pack", lst, root, tmp_path / "o.rec", *SLOW_ARGS)
     wait_for_records(tmp_path / "o.rec.partial", 300_000, proc)
     workers = descendants(proc.pid)
@@ -341,8 +341,8 @@ def test_kill_9_then_resume_gives_identical_bytes(slow_job, tmp_path):
 def test_kill_9_then_resume_of_a_part(slow_job, tmp_path):
     lst, root = slow_job
     part = [*SLOW_ARGS, "--num-parts", "2", "--part-index", "1"]
-    ref = subprocess.run([sys.executable, "-m", "im2rec", "pack", lst, root, tmp_path / "ref.rec", *part], capture_output=True)
-    assert ref.returncode == 0, ref.stderr
+    ref = run("pack", lst, root, tmp_path / "ref.rec", *part)
+    assert ref.exit_code == 0, ref.output
     proc = cli("pack", lst, root, tmp_path / "o.rec", *part)
     wait_for_records(tmp_path / "o-00001-of-00002.rec.partial", 300_000, proc)
     proc.kill()

@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -97,11 +98,14 @@ def test_record_dataset_on_s3_in_dataloader_workers(s3, data_dir):
     assert [remote[i] for i in range(14)] == [local[i] for i in range(14)]
     faces = RecordDataset("s3://data/faces/train.rec")
     assert len(faces) == 19 and faces.insightface == (20, 25) and faces[18][0].shape == (112, 112, 3)
+    # What a spawned worker gets: the dataset pickled (paths and the parsed index, no connection), reopened.
+    copy = pickle.loads(pickle.dumps(remote))
+    assert [copy[i] for i in range(14)] == [local[i] for i in range(14)]
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'im2rec[torch]')")
-    for context in ("fork", "spawn"):  # each worker opens its own connection: nothing shared across a fork
-        loader = torch.utils.data.DataLoader(RecordDataset("s3://data/all.rec"), batch_size=None, num_workers=2, multiprocessing_context=context)
-        labels = [float(label) for _, label in loader]
-        assert labels == [float(local[i][1]) for i in range(14)], context
+    # Forked workers: each opens its own connection, nothing shared across the fork (spawned
+    # workers of a local .rec are in test_dataset.py).
+    loader = torch.utils.data.DataLoader(RecordDataset("s3://data/all.rec"), batch_size=None, num_workers=2, multiprocessing_context="fork")
+    assert [float(label) for _, label in loader] == [float(local[i][1]) for i in range(14)]
 
 
 def test_cli_inspect_verify_extract_index_on_s3(s3, data_dir, tmp_path):
@@ -413,21 +417,24 @@ def test_large_parts_are_joined_by_the_store(s3, tmp_path):
     assert [reader.read_idx(k) for k in range(4)] == payloads
 
 
-def test_dask_local_cluster_writes_parts_to_s3_and_merges_them(s3, data_dir, tmp_path):
-    pytest.importorskip("distributed")
+@pytest.mark.xdist_group("dask")  # under pytest-xdist: one process, so one session cluster
+def test_dask_cluster_writes_parts_to_s3_and_merges_them(s3, data_dir, tmp_path, dask_cluster):
+    """The session's cluster (tests/test_shards.py runs `--dask local` itself): its workers know
+    the store only from --storage-option, as on a real cluster whose machines lack our environment."""
     import subprocess
     import sys
 
     from im2rec.lst import ListEntry, read_lst, write_lst
 
     entries = read_lst(data_dir / "im2rec" / "all.lst")
-    big = [ListEntry(r * 100 + e.index, e.labels, e.path) for r in range(16) for e in entries]  # 224 lines: 2 parts
+    big = [ListEntry(r * 100 + e.index, e.labels, e.path) for r in range(4) for e in entries]  # 56 lines, in 2 parts
     write_lst(tmp_path / "big.lst", big)
     assert run("pack", tmp_path / "big.lst", data_dir / "tree", tmp_path / "local.rec", "--resize", "48", "-q").exit_code == 0
     env = dict(os.environ, IM2REC_STAGING=str(tmp_path / "staging"))
     store().put(str(tmp_path / "big.lst"), "data/lists/big.lst")
     proc = subprocess.run(
-        [sys.executable, "-m", "im2rec", "pack", "s3://data/lists/big.lst", "s3://data/tree", "s3://data/dask/train.rec", "--resize", "48", "--dask", "local", "--workers", "2"],
+        [sys.executable, "-m", "im2rec", "pack", "s3://data/lists/big.lst", "s3://data/tree", "s3://data/dask/train.rec", "--resize", "48", "--dask", dask_cluster, "--num-parts", "2",
+         "--storage-option", f"endpoint_url={s3}", "--storage-option", "key=testing", "--storage-option", "secret=testing"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -526,11 +533,10 @@ def real_size_corpora(real_size_folders, s3):
     """The generator's ImageNet-like (about 70 KB) and large (about 2.5 MB) JPEGs, locally and under s3://data/real/.
 
     20 ImageNet-like images make task batches of 2-8 images (100-650 KB of fetched bytes, over
-    a pipe's 64 KB), at least 2 for each of 2 workers. The large ones are 4 per worker of a default pack (every core, conftest.REAL_SIZE): the first
-    batches, sent before any result is back, hold 2 images, so every worker gets 2 batches, a
-    task batch of fetched bytes and a batch of records each about 5 MB, far over a pipe's
-    buffer: the pattern that deadlocked the pool (a batch sent while the worker writes the
-    results of the one before)."""
+    a pipe's 64 KB), at least 2 for each of 2 workers, and results as large: the pattern that
+    deadlocked the pool (a batch sent while the worker writes the results of the one before).
+    The large ones are 2 per worker of a default pack (every core, conftest.REAL_SIZE): a task
+    batch of fetched bytes and a batch of records each about 5 MB."""
     for size, folder in real_size_folders.items():
         store().put(str(folder), f"data/real/{size}", recursive=True)
     return real_size_folders
