@@ -1,3 +1,4 @@
+import contextlib
 import json
 import os
 import shutil
@@ -117,10 +118,8 @@ def pytest_unconfigure(config):
         return
     base = Path(_generator["base"])
     if (base / "pid").exists() and not (base / "done").exists() and not (base / "failed").exists():
-        try:  # still generating (the run was cut short): stop the generator and its pool
+        with contextlib.suppress(ProcessLookupError):  # still generating (the run was cut short): stop the generator and its pool
             os.killpg(int((base / "pid").read_text()), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     if "proc" in _generator:
         _generator["proc"].wait()
     shutil.rmtree(base, ignore_errors=True)

@@ -68,7 +68,7 @@ def test_transforms(packed):
 
 @pytest.mark.parametrize("num_parts", [1, 2, 3, 4, 5])
 def test_parts_follow_dalis_rule(packed, num_parts):
-    rec, entries = packed
+    rec, _entries = packed
     whole = [RecordDataset(rec, mode="raw")[i][0] for i in range(14)]
     parts = [RecordDataset(rec, mode="raw", num_parts=num_parts, part_index=k) for k in range(num_parts)]
     sizes = [len(p) for p in parts]

@@ -86,7 +86,7 @@ def test_pack_insightface_groups_identities_and_leaves_failures_out(face, tmp_pa
     result = run("pack", tmp_path / "s.lst", face, tmp_path / "f" / "train.rec", "--layout", "insightface", "--pass-through", "--workers", "2")
     assert result.exit_code == 0, result.output
     assert "packed 18 of 19 images" in result.stdout and "1 failed (1 missing)" in result.stdout
-    header0, keys, labels, id2range = insightface_view(tmp_path / "f" / "train.rec")
+    header0, _keys, labels, id2range = insightface_view(tmp_path / "f" / "train.rec")
     assert header0 == (19, 24) and labels == sorted(labels) and labels.count(0) == 3
     assert id2range == {19: (1, 4), 20: (4, 7), 21: (7, 12), 22: (12, 15), 23: (15, 19)}
     failed = (tmp_path / "f" / "train.failed.tsv").read_text().splitlines()
@@ -250,11 +250,11 @@ def test_combine_two_face_sets_into_insightface(face, tmp_path):
     result = run("combine", tmp_path / "c" / "train.rec", face / "train.rec", face / "train.rec")
     assert result.exit_code == 0, result.output
     assert "(insightface layout, 10 identities" in result.stdout
-    header0, keys, labels, id2range = insightface_view(tmp_path / "c" / "train.rec")
+    header0, _keys, labels, id2range = insightface_view(tmp_path / "c" / "train.rec")
     assert header0 == (39, 49) and labels == [0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 2, 3, 3, 3, 4, 4, 4, 4] + [5, 5, 5, 5, 6, 6, 6, 7, 7, 7, 7, 7, 8, 8, 8, 9, 9, 9, 9]
     assert (tmp_path / "c" / "property").read_text() == "10,112,112\n"
     result = run("combine", tmp_path / "k" / "train.rec", face / "train.rec", face / "train.rec", "--labels", "keep", "-q")
-    header0, keys, labels, id2range = insightface_view(tmp_path / "k" / "train.rec")
+    header0, _keys, labels, id2range = insightface_view(tmp_path / "k" / "train.rec")
     assert header0 == (39, 44) and id2range[39] == (1, 9)  # identity 0's 4 images from each input, together
 
 
@@ -288,9 +288,9 @@ def test_bin_build_is_read_by_load_bin(face, tmp_path):
 
 
 def test_verification_pairs_reads_all_three_kinds(face):
-    from im2rec import VerificationPairs
-
     import cv2
+
+    from im2rec import VerificationPairs
 
     expected = cv2.cvtColor(cv2.imread(str(face / "pairs" / "00002.jpg")), cv2.COLOR_BGR2RGB)
     for name in ("py2.bin", "py3.bin", "ndarray.bin"):

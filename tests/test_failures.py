@@ -14,12 +14,11 @@ import cv2
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from conftest import deadline
 
 from im2rec import recordio
 from im2rec.cli import main
 from im2rec.lst import ListEntry, write_lst
-
-from conftest import deadline
 
 
 def run(*args):
@@ -368,8 +367,8 @@ def test_resume_with_torn_record_and_lagging_idx(data_dir, tmp_path):
     (tmp_path / "o.rec").rename(tmp_path / "keep.rec")
     (tmp_path / "o.idx").unlink()
     (tmp_path / "o.failed.tsv").unlink()
-    from im2rec.packing import PackOptions, _fingerprint
     from im2rec.image import ImageOptions
+    from im2rec.packing import PackOptions, _fingerprint
 
     state = _fingerprint(str(lst), str(lst), str(data_dir / "tree"), PackOptions(image=ImageOptions(pass_through=True)))
     (tmp_path / "o.resume.json").write_text(json.dumps(state))

@@ -16,10 +16,9 @@ def test_commit_replaces_atomically(tmp_path):
 
 
 def test_atomic_open_leaves_nothing_on_error(tmp_path):
-    with pytest.raises(RuntimeError):
-        with fsutil.atomic_open(tmp_path / "out.txt") as f:
-            f.write("half")
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), fsutil.atomic_open(tmp_path / "out.txt") as f:
+        f.write("half")
+        raise RuntimeError("boom")
     assert os.listdir(tmp_path) == []
 
 

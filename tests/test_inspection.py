@@ -8,11 +8,10 @@ import cv2
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from test_dataset import make_insightface
 
 from im2rec import recordio
 from im2rec.cli import main
-
-from test_dataset import make_insightface
 
 
 def run(*args):
@@ -330,7 +329,7 @@ def test_contact_sheet_captions_use_folder_names(listed_and_packed, tmp_path):
     assert find_classes(str(tmp_path / "other.rec")) is None
     names = read_classes(str(tmp_path / "ds.classes.tsv"))
     assert set(names.values()) == {".", "cats", "dogs", "zebra"}
-    assert _caption(12, [names and [k for k, v in names.items() if v == "cats"][0]], names) == "12: cats"
+    assert _caption(12, [names and next(k for k, v in names.items() if v == "cats")], names) == "12: cats"
     assert _caption(3, [7.0, 1.0, 2.0], {}) == "3: 7 +2"
 
 

@@ -1,8 +1,8 @@
 """The ordered process pool: order, bounded read-ahead, crashing workers."""
 
 import multiprocessing
-import random
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -10,11 +10,10 @@ import textwrap
 import time
 
 import pytest
+from conftest import deadline
 
 from im2rec.errors import WorkerError
 from im2rec.pool import OrderedPool
-
-from conftest import deadline
 
 
 def square(x, context):
@@ -90,9 +89,8 @@ def die_at_start():
 
 
 def test_workers_that_cannot_start_are_an_error_not_crashed_items():
-    with OrderedPool(square, 0, 2, crashed, initializer=die_at_start) as pool:
-        with pytest.raises(WorkerError, match=r"worker processes exited with status 3 before doing any work, 3 times in a row"):
-            list(pool.map(range(100)))
+    with OrderedPool(square, 0, 2, crashed, initializer=die_at_start) as pool, pytest.raises(WorkerError, match=r"worker processes exited with status 3 before doing any work, 3 times in a row"):
+        list(pool.map(range(100)))
 
 
 def test_a_crashing_item_under_plain_fork():
@@ -124,7 +122,7 @@ def test_fork_only_while_the_process_is_clean():
 
 def sized(item, context):
     """A task of any size in, a result of the size it asks for out."""
-    seed, task_bytes, result_size = item
+    seed, _task_bytes, result_size = item
     return bytes([seed % 251]) * result_size
 
 

@@ -113,7 +113,7 @@ def test_writes_golden_raw_seq_byte_for_byte(data_dir, tmp_path):
 
 
 def golden_header(u):
-    label = u["label"] if not isinstance(u["label"], list) else u["label"]
+    label = u["label"]
     return recordio.IRHeader(u["flag"], label, u["id"], u["id2"])
 
 

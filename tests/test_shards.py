@@ -173,7 +173,7 @@ def test_dask_failed_part_is_named_with_its_rerun_command(job, tmp_path, dask_cl
 def test_dask_default_parts_into_a_new_folder(job, tmp_path):
     """The README's form: no --num-parts (4 parts per worker, one per 100 images), an output folder that does not exist yet."""
     pytest.importorskip("distributed")
-    lst, root, d = job
+    lst, root, _d = job
     entries = read_lst(lst)
     big = [ListEntry(r * 10_000 + e.index, e.labels, e.path) for r in range(5) for e in entries]  # 350 lines: 3 parts
     write_lst(tmp_path / "big.lst", big)

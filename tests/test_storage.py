@@ -12,12 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from conftest import deadline
 
 from im2rec import recordio
 from im2rec.cli import main
 from im2rec.storage import RemoteSource, StorageError, is_url, merge_options, parse_storage_option
-
-from conftest import deadline
 
 s3fs = pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'im2rec[s3]')")
 moto_server = pytest.importorskip("moto.server", reason="moto is not installed (pip install 'im2rec[test]')")
