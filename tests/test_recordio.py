@@ -2,11 +2,11 @@
 
 import hashlib
 import os
-import warnings
 import pickle
 import struct
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
