@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import storage
-from .errors import Im2recError, OptionError, PackError
+from .errors import Im2recError, ListFormatError, OptionError, PackError
 from .faces import insightface_outputs
 from .fsutil import remove_quietly
 from .outputs import Outputs, make_output_folder, refuse_existing
@@ -104,7 +104,10 @@ def _check(lst: str, out_rec: str, options: PackOptions) -> int:
         finals = dict.fromkeys([*Outputs.for_rec(out_rec).finals, *(insightface_outputs(out_rec) if options.layout == "insightface" else [])])
         refuse_existing(finals, options.overwrite, lambda path: storage.there(path, options.storage_options))
     with storage.StagedInput(lst, (), options.storage_options) as listed:
-        lines = check_list(listed.path, options).lines
+        try:
+            lines = check_list(listed.path, options).lines
+        except ListFormatError as e:  # named by the list's URL, not its local copy
+            raise ListFormatError(listed.shown(str(e))) from None
     if not remote:
         make_output_folder(out_rec)
     return lines

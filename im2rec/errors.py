@@ -109,16 +109,18 @@ class StorageError(Im2recError):
     """A URL that cannot be read: a missing object or bucket, denied access, a missing driver."""
 
 
-class OutputExistsError(Im2recError):
-    """An output is there already and ``overwrite`` was not given: the message is the same for every command."""
+class PackError(Im2recError):
+    """``im2rec pack`` cannot run or must stop (bad options, outputs, write errors, too many failures)."""
+
+
+class OutputExistsError(PackError, StorageError):
+    """An output is there already and ``overwrite`` was not given: the message is the same for
+    every command. It is also a PackError and a StorageError, what ``pack`` and the URL outputs
+    raised for it before it had a class of its own, so that callers catching those still do."""
 
     def __init__(self, path: str):
         super().__init__(f"{path} exists: pass --overwrite to replace it")
         self.path = path
-
-
-class PackError(Im2recError):
-    """``im2rec pack`` cannot run or must stop (bad options, outputs, write errors, too many failures)."""
 
 
 class TooManyFailures(PackError):

@@ -343,6 +343,10 @@ def _changed(saved: dict, now: dict) -> list[str]:
     """What differs between the fingerprint of the interrupted run and this one, named as the
     command line's options where the difference is one."""
     changed = [k for k in now if saved.get(k) != now[k]]
+    if "list" in changed and "list_sha256" in changed:  # another list altogether
+        changed.remove("list_sha256")
+    names = {"list": "LIST", "list_sha256": "LIST (its lines changed)", "root": "ROOT"}  # as the command line says them
+    changed = [names.get(k, k) for k in changed]
     if "options" in changed:  # name the options, not the group
         old_opts, new_opts = saved.get("options") or {}, now["options"]
         old_opts, new_opts = {**old_opts, **(old_opts.get("image") or {})}, {**new_opts, **new_opts["image"]}

@@ -515,8 +515,13 @@ class _Files(_Destination):
         return self.complete()
 
     def refuse(self) -> None:
-        if self.opts.shard_size:
-            refuse_existing(self._shard_outputs(), self.opts.overwrite)
+        if not self.opts.shard_size:
+            return
+        existing = self._shard_outputs()
+        unfinished = [p for p in existing if p.endswith(".partial")]
+        if unfinished and not self.opts.overwrite:
+            raise PackError(f"{unfinished[0]} is left from an interrupted --shard-size run, which cannot be resumed: pass --overwrite to start again")
+        refuse_existing(existing, self.opts.overwrite)
 
     def _shard_outputs(self) -> list[str]:
         out = self.loop
@@ -773,8 +778,12 @@ def pack(
         return summary
     dest.refuse()
     with storage.StagedInput(lst, (), opts.storage_options) as listed:  # a URL list, read here many times
-        check = check_list(listed.path, opts)
-        start, stop = opts.part_slice(check.lines)
+        try:
+            check = check_list(listed.path, opts)
+            start, stop = opts.part_slice(check.lines)
+            check_root(listed.path, root, opts, start, stop)
+        except (ListFormatError, PackError) as e:  # named by the list's URL, not its local copy
+            raise type(e)(listed.shown(str(e))) from None
         summary.images = stop - start
         if check.extra_labels:
             log.warning(
@@ -782,7 +791,6 @@ def pack(
                 lst,
                 check.extra_labels,
             )
-        check_root(listed.path, root, opts, start, stop)
         make_output_folder(dest.loop.rec)
         if dest.written():
             summary.already_complete = True  # the records were written by an earlier run; what follows them was not

@@ -427,7 +427,8 @@ def existing_shard_outputs(out_rec: str) -> list[str]:
     folder = os.path.dirname(os.path.abspath(out_rec))
     name = os.path.basename(stem)
     pattern = re.compile(re.escape(name) + r"-\d{5}\.(rec|idx)(\.partial)?$")
-    found = [os.path.join(folder, f) for f in sorted(os.listdir(folder)) if pattern.match(f)]
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []  # a new folder: made once the checks pass
+    found = [os.path.join(folder, f) for f in names if pattern.match(f)]
     if os.path.exists(manifest_path(out_rec)):
         found.insert(0, manifest_path(out_rec))
     return found

@@ -780,3 +780,9 @@ class StagedInput(_Staging):
         except BaseException:
             self.close()
             raise
+
+    def shown(self, text: str) -> str:
+        """``text`` (a message naming the local copy) with the copy named by its URL."""
+        if self.path is None or self.source is None or self.path == self.source:
+            return text
+        return text.replace(self.path, self.source)

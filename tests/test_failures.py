@@ -388,6 +388,11 @@ def test_resume_refuses_other_options(slow_job, tmp_path):
     result = run("pack", lst, root, tmp_path / "o.rec", "--resize", "100", "--resume")
     assert result.exit_code == 1
     assert "the interrupted run was made with another --resize, --full-decode; rerun the same command" in result.stderr
+    with open(lst, "a") as f:  # the same list file, another line: named as a user knows it
+        f.write(f"{SLOW_JOB}\t0.000000\tbig.jpg\n")
+    result = run("pack", lst, root, tmp_path / "o.rec", *SLOW_ARGS, "--resume")
+    assert result.exit_code == 1
+    assert f"Error: cannot resume {tmp_path / 'o.rec'}: the interrupted run was made with another LIST (its lines changed); rerun" in result.stderr
     assert run("pack", lst, root, tmp_path / "o.rec", "--resize", "100", "--overwrite", "--workers", "2").exit_code == 0
     assert not list(tmp_path.glob("*.partial")) and not (tmp_path / "o.resume.json").exists()
 

@@ -119,11 +119,24 @@ def test_shard_size_splits_and_reads_back_as_one(job, tmp_path):
     assert (tmp_path / "s.failed.tsv").read_bytes() == (d / "whole.failed.tsv").read_bytes()
 
 
+def test_shards_into_a_folder_that_does_not_exist_yet(job, tmp_path):
+    """The README's form (a new output folder), with default options but the size."""
+    lst, root, d = job
+    result = run("pack", lst, root, tmp_path / "new" / "s.rec", "--resize", "40", "--shard-size", "40KB")
+    assert result.exit_code == 0, result.output
+    shards = json.loads((tmp_path / "new" / "s.shards.json").read_text())["shards"]
+    assert b"".join((tmp_path / "new" / s["rec"]).read_bytes() for s in shards) == (d / "whole.rec").read_bytes()
+
+
 def test_shard_outputs_are_not_overwritten(job, tmp_path):
     lst, root, _ = job
     assert run("pack", lst, root, tmp_path / "s.rec", "--pass-through", "--shard-size", "1MB").exit_code == 0
     result = run("pack", lst, root, tmp_path / "s.rec", "--pass-through", "--shard-size", "1MB")
     assert result.exit_code == 1 and result.stderr == f"Error: {tmp_path / 's.shards.json'} exists: pass --overwrite to replace it\n"
+    (tmp_path / "t-00000.rec.partial").write_bytes(b"")  # what a killed --shard-size run leaves
+    result = run("pack", lst, root, tmp_path / "t.rec", "--pass-through", "--shard-size", "1MB")
+    assert result.exit_code == 1
+    assert result.stderr == f"Error: {tmp_path / 't-00000.rec.partial'} is left from an interrupted --shard-size run, which cannot be resumed: pass --overwrite to start again\n"
     assert run("pack", lst, root, tmp_path / "s.rec", "--pass-through", "--shard-size", "100KB", "--overwrite").exit_code == 0
     assert len(json.loads((tmp_path / "s.shards.json").read_text())["shards"]) > 1
 

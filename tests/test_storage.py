@@ -246,6 +246,13 @@ def test_pack_from_s3_reports_missing_objects_and_a_wrong_root(s3, data_dir, tmp
     assert result.exit_code == 1
     assert result.stderr.startswith("Error: s3://data/elsewhere: none of the 14 images of ") and "s3://data/elsewhere/" in result.stderr
     assert not (tmp_path / "w.rec").exists()
+    # A list in the store is named by its URL, not by the local copy it is read from.
+    store().pipe_file("data/lists/m.lst", (tmp_path / "m.lst").read_bytes())
+    result = run("pack", "s3://data/lists/m.lst", "s3://data/elsewhere", tmp_path / "w.rec", "--pass-through")
+    assert result.exit_code == 1 and result.stderr.startswith("Error: s3://data/elsewhere: none of the 14 images of s3://data/lists/m.lst is there (the first")
+    store().pipe_file("data/lists/bad.lst", b"0\t0.000000\tcats/a.jpg\nnot a line\n")
+    result = run("pack", "s3://data/lists/bad.lst", "s3://data/tree", tmp_path / "w.rec", "--pass-through")
+    assert result.exit_code == 1 and result.stderr == "Error: s3://data/lists/bad.lst:2: expected 'index<TAB>label...<TAB>path', got 1 field\n"
 
 
 def test_pack_insightface_layout_to_s3(s3, data_dir, tmp_path, monkeypatch):
