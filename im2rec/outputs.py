@@ -194,9 +194,8 @@ class FailureList:
         commit(partial(self.path), self.path)
 
     def abort(self) -> None:
-        self._file.close()
+        self.close()
         remove_quietly(partial(self.path))
-        remove_quietly(partial(self.path) + ".new")
 
     def close(self) -> None:
         """Close, keeping the partial list (an interrupted run, for --resume)."""
@@ -291,7 +290,7 @@ class PackFiles:
         their headers: key = id, as pack writes them, since the old ``.idx`` may lag behind),
         and cut a torn record off its end."""
         assert self._rec_file is not None and self._idx_file is not None
-        resumed, end, keys, offsets = Resumed(), 0, [], []
+        end, keys, offsets = 0, [], []
         with RecordReader(partial(self.out.rec)) as reader:
             for offset, _length, nxt, error in reader.walk():
                 if error is not None:
@@ -302,8 +301,7 @@ class PackFiles:
         self._idx_file.write(format_index(keys, offsets))
         self._rec_file.truncate(end)
         self._rec_file.seek(end)
-        resumed.records, resumed.last_key = len(keys), (keys[-1] if keys else None)
-        return resumed
+        return Resumed(len(keys), keys[-1] if keys else None)
 
     def write_framed_idx(self, key: Any, framed: bytes) -> int:
         assert self._writer is not None and self._write_behind is not None

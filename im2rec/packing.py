@@ -783,7 +783,7 @@ def pack(
             start, stop = opts.part_slice(check.lines)
             check_root(listed.path, root, opts, start, stop)
         except (ListFormatError, PackError) as e:  # named by the list's URL, not its local copy
-            raise type(e)(listed.shown(str(e))) from None
+            raise (ListFormatError if isinstance(e, ListFormatError) else PackError)(listed.shown(str(e))) from None
         summary.images = stop - start
         if check.extra_labels:
             log.warning(
