@@ -20,6 +20,7 @@ from .recordio import (
     unpack,
     unpack_img,
 )
+from .sampler import RecordSampler
 
 __version__ = "0.1.0"
 
@@ -44,6 +45,7 @@ __all__ = [
     "MXRecordIO",
     "RecordDataset",
     "RecordReader",
+    "RecordSampler",
     "RecordWriter",
     "VerificationPairs",
     "__version__",

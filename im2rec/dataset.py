@@ -5,6 +5,11 @@ decodes straight from the memory-mapped file (no copy of the encoded bytes),
 holds no open file handle or position, and pickles as paths plus parsed indices,
 so ``torch.utils.data.DataLoader`` workers work under fork and spawn alike.
 
+From a store (``s3://...``), the DataLoader's batches are read by ``__getitems__``: all
+the records of a batch are fetched at once, concurrently, one request per run of
+neighbouring records, or per read block (about 4 MB of neighbouring records) when the
+order is block-local (``RecordSampler``) or a local ``cache_dir`` keeps the blocks.
+
 insightface face-recognition files (record 0 is a header with flag > 0 holding
 ``[first identity key, end)``; images are keys 1..label[0]-1, identity records
 follow) are detected: the dataset then yields only the images, and
@@ -15,12 +20,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Union
 
 import numpy as np
 
 from . import storage
-from .errors import Im2recError
+from .cache import BlockCache
+from .errors import Im2recError, StorageError
 from .image import opencv
 from .recordio import IRHEADER_SIZE, IRHEADER_STRUCT, RecordReader, idx_path_of, insightface_header, unpack
 
@@ -32,6 +39,10 @@ _IMDECODE_FLAG = {"rgb": 1, "bgr": 1, "gray": 0, "unchanged": -1}  # cv2.IMREAD_
 _COLOR_BGR2RGB = 4  # cv2.COLOR_BGR2RGB
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+#: Records are fetched from a store in read blocks of about this many bytes.
+BLOCK_BYTES = 4 << 20
+CACHE_LIMIT = 10 * 10**9
 
 
 def _shard_paths(path_or_paths: PathLike | Sequence[PathLike]) -> list[str]:
@@ -67,9 +78,21 @@ class RecordDataset:
             ``ceil(N/num_parts)`` entries to each part but the last (spec 1.6).
         insightface: ``"auto"`` detects an insightface header at key 0 (single file
             only); ``True`` requires one; ``False`` reads every record as an image.
-        storage_options: for URLs (``s3://bucket/train.rec``, any fsspec store; each
-            record is one ranged request), fsspec's options; the environment's
-            settings (``AWS_ENDPOINT_URL``, profiles) are used otherwise.
+        storage_options: for URLs (``s3://bucket/train.rec``, any fsspec store),
+            fsspec's options; the environment's settings (``AWS_ENDPOINT_URL``,
+            profiles) are used otherwise.
+        cache_dir: for URLs, a local folder that keeps every fetched block (created if
+            missing), shared safely by the DataLoader workers and the ranks of one
+            machine: an epoch whose blocks are all cached makes no request.
+        cache_limit: the most the cache folder holds, in bytes or as text (``"20GB"``);
+            the least recently used blocks are evicted [default: 10GB].
+        read_blocks: for URLs, fetch whole read blocks (``block_bytes`` of neighbouring
+            records, one request) instead of each record's bytes. ``"auto"``: when a
+            ``cache_dir`` is set or a block-local ``RecordSampler`` orders the reads.
+        block_bytes: the size of a read block (records are grouped by the
+            ``block_bytes``-aligned stretch of the file they start in).
+        retries: for URLs, how often a transient failure (timeout, 5xx, throttling, a
+            dropped connection) is retried, with backoff, before the read fails.
 
     Items are ``(image, label)``: the label is a float (scalar records) or a float32
     array (records with flag > 0), as ``mx.recordio.unpack`` gives.
@@ -89,6 +112,11 @@ class RecordDataset:
         part_index: int = 0,
         insightface: bool | str = "auto",
         storage_options: dict | None = None,
+        cache_dir: PathLike | None = None,
+        cache_limit: int | str | None = None,
+        read_blocks: bool | str = "auto",
+        block_bytes: int = BLOCK_BYTES,
+        retries: int = storage.RETRIES,
     ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -98,13 +126,25 @@ class RecordDataset:
         self.paths = _shard_paths(path_or_paths)
         if not self.paths:
             raise Im2recError("RecordDataset needs at least one .rec file")
+        self.cache: BlockCache | None = None
+        if cache_dir is not None:
+            from .shards import parse_size
+
+            limit = parse_size(cache_limit) if isinstance(cache_limit, str) else (cache_limit or CACHE_LIMIT)
+            self.cache = BlockCache(os.fspath(cache_dir), limit)
+        if read_blocks not in (True, False, "auto"):
+            raise ValueError(f"read_blocks must be True, False or 'auto', got {read_blocks!r}")
+        self.read_blocks = read_blocks
+        self.block_bytes = int(block_bytes)
+        source_options = {"cache": self.cache, "retries": retries}
         self.readers: list[RecordReader] = []
         for path in self.paths:
             idx = idx_path_of(path)
             for p in (path, idx):
                 if not storage.there(p, storage_options):
                     raise Im2recError(f"{storage.missing(p)} (a .rec needs its .idx beside it, same stem)")
-            self.readers.append(RecordReader(path, idx, storage_options=storage_options))
+            self.readers.append(RecordReader(path, idx, storage_options=storage_options, source_options=source_options))
+        self.remote = any(r.remote for r in self.readers)
 
         self.insightface: tuple[int, int] | None = None
         if insightface is not False and len(self.readers) == 1:
@@ -130,6 +170,90 @@ class RecordDataset:
         lo, hi = total * part_index // num_parts, total * (part_index + 1) // num_parts
         self._offsets, self._shards = self._offsets[lo:hi], self._shards[lo:hi]
         self._identities: np.ndarray | None = None
+        self._blocks: np.ndarray | None = None
+
+    @property
+    def blocks(self) -> np.ndarray:
+        """Read blocks: the first item of each, and ``len(self)`` at the end. A block is a run of
+        items whose records start in the same ``block_bytes``-aligned stretch of one file."""
+        if self._blocks is None:
+            stretch = self._offsets // self.block_bytes
+            new = np.ones(len(self), dtype=bool)
+            new[1:] = (self._shards[1:] != self._shards[:-1]) | (stretch[1:] != stretch[:-1]) | (self._offsets[1:] < self._offsets[:-1])
+            self._blocks = np.append(np.flatnonzero(new), np.int64(len(self))).astype(np.int64)
+        return self._blocks
+
+    def _whole_blocks(self) -> bool:
+        return self.read_blocks is True or (self.read_blocks == "auto" and self.cache is not None)
+
+    def _prefetch(self, items: Sequence[int]) -> None:
+        """Fetch the records of ``items`` from the store, all at once: their read blocks, or
+        each record's bytes (neighbours in one request)."""
+        n = len(self)
+        items_a = np.asarray([i + n if i < 0 else i for i in items], dtype=np.int64)
+        if items_a.size == 0 or items_a.min() < 0 or items_a.max() >= n:
+            return  # __getitem__ raises the IndexError
+        if self._whole_blocks():
+            blocks = np.unique(np.searchsorted(self.blocks, items_a, side="right") - 1)
+            firsts, lasts = self.blocks[blocks], self.blocks[blocks + 1] - 1
+        else:
+            firsts = lasts = np.unique(items_a)
+        shards = self._shards[firsts]
+        wanted: dict[int, list[tuple[int, int]]] = {}
+        for shard in np.unique(shards):
+            reader = self.readers[int(shard)]
+            mine = shards == shard
+            starts = self._offsets[firsts[mine]]
+            ends = reader.record_ends(self._offsets[lasts[mine]])
+            runs: list[tuple[int, int]] = []
+            for a, b in zip(starts.tolist(), ends.tolist()):
+                if runs and runs[-1][1] == a:  # neighbours: one request
+                    runs[-1] = (runs[-1][0], b)
+                else:
+                    runs.append((a, b))
+            wanted[int(shard)] = runs
+        try:
+            if len(wanted) == 1:
+                shard, runs = next(iter(wanted.items()))
+                self.readers[shard].prefetch(runs)
+            else:
+                with ThreadPoolExecutor(len(wanted)) as pool:
+                    list(pool.map(lambda kv: self.readers[kv[0]].prefetch(kv[1]), wanted.items()))
+        except StorageError as e:
+            raise self._unreadable(e, items_a) from None
+
+    def _unreadable(self, e: StorageError, items: np.ndarray) -> Im2recError:
+        """``e`` (a range that could not be read) as an error naming the first record it held."""
+        span = getattr(e, "span", None)
+        url = getattr(e, "url", None)
+        for i in items.tolist():
+            reader = self.readers[int(self._shards[i])]
+            offset = int(self._offsets[i])
+            if span is not None and reader.path == url and span[0] <= offset < span[1]:
+                index = reader.require_index()
+                key = index.keys()[int(np.flatnonzero(index.offsets == offset)[0])]
+                return StorageError(f"{reader.path}: record {key} (byte {offset}) cannot be read: {e}")
+        return e
+
+    def __getitems__(self, items: Sequence[int]) -> list[tuple[Any, Any]]:
+        """``[self[i] for i in items]``, the DataLoader's batched read: from a store, every
+        record of the batch is fetched at once (see ``_prefetch``) before any is decoded."""
+        if self.remote:
+            self._prefetch(items)
+        return [self[i] for i in items]
+
+    def read_stats(self) -> dict[str, int]:
+        """This process's reads from the store: ``requests`` (retries included), ``retried``,
+        ``fetched`` bytes, ``cache_hits`` (blocks read from ``cache_dir``) and
+        ``cached`` (blocks stored there)."""
+        stats = {"requests": 0, "retried": 0, "fetched": 0, "cache_hits": 0, "cached": 0}
+        for reader in self.readers:
+            if reader.remote:
+                for k in ("requests", "retried", "fetched"):
+                    stats[k] += getattr(reader.source, k)
+        if self.cache is not None:
+            stats["cache_hits"], stats["cached"] = self.cache.hits, self.cache.stored
+        return stats
 
     def __len__(self) -> int:
         return int(self._offsets.size)
@@ -148,7 +272,12 @@ class RecordDataset:
             raise IndexError(f"index {i} out of range for a dataset of {len(self)} records")
         reader = self.readers[int(self._shards[i])]
         offset = int(self._offsets[i])
-        payload = reader.view_at(offset)  # no copy: a view of the map, dropped on return
+        if reader.remote and self._whole_blocks():
+            self._prefetch([i])
+        try:
+            payload = reader.view_at(offset)  # no copy: a view of the map, dropped on return
+        except StorageError as e:
+            raise self._unreadable(e, np.asarray([i])) from None
         if len(payload) < IRHEADER_SIZE:
             raise Im2recError(f"{reader.path}: record at byte {offset} is too short for an IRHeader ({len(payload)} bytes)")
         flag, label, _, _ = IRHEADER_STRUCT.unpack_from(payload)

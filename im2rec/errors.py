@@ -106,7 +106,13 @@ class ImageError(Im2recError):
 
 
 class StorageError(Im2recError):
-    """A URL that cannot be read: a missing object or bucket, denied access, a missing driver."""
+    """A URL that cannot be read: a missing object or bucket, denied access, a missing driver.
+
+    A failed ranged read sets ``url`` and ``span``, the ``(start, end)`` bytes it asked for.
+    """
+
+    url: str | None = None
+    span: tuple[int, int] | None = None
 
 
 class PackError(Im2recError):

@@ -860,6 +860,9 @@ class RecordReader:
         rec: path or URL of the ``.rec``.
         idx: path or URL of its ``.idx``, or None for sequential and offset access only.
         key_type: how ``.idx`` keys are parsed (``int`` as in MXNet).
+        storage_options: fsspec's options, for a URL.
+        source_options: for a URL, ``storage.RemoteSource``'s keyword arguments (``cache``,
+            ``hold``, ``retries``).
 
     Raises:
         OSError: a file cannot be opened.
@@ -873,8 +876,10 @@ class RecordReader:
         *,
         key_type: Callable[[str], Any] = int,
         storage_options: dict | None = None,
+        source_options: dict | None = None,
     ):
         self.path = os.fspath(rec)
+        self.source_options = source_options
         self.idx_path = os.fspath(idx) if idx is not None else None
         self.key_type = key_type
         self.storage_options = storage_options
@@ -905,7 +910,7 @@ class RecordReader:
         if is_url(self.path):
             from .storage import RemoteSource
 
-            self._source = self._remote = RemoteSource(self.path, self.storage_options)
+            self._source = self._remote = RemoteSource(self.path, self.storage_options, **(self.source_options or {}))
             self.size = self._remote.size
             return
         with open(self.path, "rb") as f:
@@ -930,6 +935,13 @@ class RecordReader:
         if self._buffer is not None:
             return np.frombuffer(self._buffer, dtype="<u4", count=count, offset=first * 4)
         return np.frombuffer(self._source[first * 4 : (first + count) * 4], dtype="<u4")
+
+    def prefetch(self, ranges: Iterable[tuple[int, int]]) -> None:
+        """For a URL, fetch the byte ranges ``[start, end)`` at once and hold them, so that the
+        reads inside them make no request (``storage.RemoteSource.prefetch``); a no-op for
+        a local file, which is mapped."""
+        if self._remote is not None:
+            self._remote.prefetch(ranges)
 
     def buffer(self) -> memoryview:
         """The whole local ``.rec`` as a read-only memoryview, to copy records out of without a
@@ -1071,12 +1083,15 @@ class RecordReader:
             ) from None
 
     def _record_end(self, pos: int) -> int:
-        """Where the record at ``pos`` ends at the latest: the next offset the ``.idx`` knows, or
-        the end of the file (remote reads fetch exactly that)."""
+        return int(self.record_ends(np.asarray([pos]))[0])
+
+    def record_ends(self, offsets: np.ndarray) -> np.ndarray:
+        """Where the records at ``offsets`` end at the latest: the next offset the ``.idx``
+        knows, or the end of the file (remote reads fetch exactly up to there)."""
         if self._ends is None:
-            self._ends = np.unique(self.index.offsets) if self.index is not None else np.zeros(0, np.int64)
-        i = int(np.searchsorted(self._ends, pos, side="right"))
-        return int(self._ends[i]) if i < len(self._ends) else self.size
+            known = np.unique(self.index.offsets) if self.index is not None else np.zeros(0, np.int64)
+            self._ends = np.append(known, np.int64(self.size))
+        return self._ends[np.minimum(np.searchsorted(self._ends, offsets, side="right"), self._ends.size - 1)]
 
     def __len__(self) -> int:
         if self.index is None:

@@ -14,6 +14,7 @@ them: the environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, profiles) or
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import itertools
 import os
@@ -21,6 +22,7 @@ import posixpath
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -545,51 +547,80 @@ class Streamer:
             self._pool.shutdown(wait=False)
 
 
+#: Bytes of fetched blocks a ``RemoteSource`` keeps in memory (beyond those of the batch being read).
+HOLD = 64 << 20
+
+
 class RemoteSource:
     """A remote object read by ranges: the byte source ``recordio.RecordReader`` reads a URL through.
 
     Behaves like the read-only memory map a local file gets: ``len``, slicing
-    (``source[a:b]`` -> bytes) and ``find``. One block is kept: a read inside it
-    costs no request. After ``hint(start, end)`` (a record's exact extent, from the
-    ``.idx``) the next miss fetches exactly that range; otherwise a miss fetches
-    ``READAHEAD`` bytes from where it starts, for sequential scans.
+    (``source[a:b]`` -> bytes) and ``find``. Fetched ranges are held in memory, the
+    least recently used dropped beyond ``hold`` bytes: a read inside one costs no
+    request. On a miss, after ``hint(start, end)`` (a record's exact extent, from the
+    ``.idx``) exactly that range is fetched; otherwise ``READAHEAD`` bytes from where the
+    read starts, for sequential scans. ``prefetch(ranges)`` fetches many ranges at once,
+    concurrently (one request each), for a batch of records.
+
+    Transient failures (timeouts, 5xx, throttling, dropped connections) are retried
+    ``retries`` times with backoff (counted in ``retried``); a missing object or a denied
+    access fails at once. With ``cache`` (a ``cache.BlockCache``), ranges are looked up
+    on local disk first and stored there once fetched.
 
     The filesystem object is made in the process that reads, and again after a
-    fork; pickling sends only the URL and the options, so DataLoader workers under
-    fork and spawn each open their own connection.
+    fork; pickling sends only the URL, the options and the cache's folder, so DataLoader
+    workers under fork and spawn each open their own connection.
 
     Raises:
         StorageError: the object is missing, or access is denied (at open).
     """
 
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, size: int | None = None):
+    def __init__(
+        self,
+        url: str,
+        storage_options: Mapping[str, Any] | None = None,
+        size: int | None = None,
+        *,
+        etag: str | None = None,
+        cache: Any = None,
+        hold: int = HOLD,
+        retries: int = RETRIES,
+    ):
         self.url = url
         self.storage_options = dict(storage_options or {})
+        self.cache, self.hold, self.retries = cache, hold, retries
         self._pid = -1
         self._fs: Any = None
         self._path = ""
-        self.requests = 0  # ranged reads made (for tests and benchmarks)
-        self._block_start, self._block = 0, b""
+        self.requests = 0  # ranged reads sent to the store (retries included)
+        self.retried = 0  # of which retries after a transient failure
+        self.fetched = 0  # bytes received
+        self._held: dict[int, bytes] = {}  # start -> bytes, least recently used first
+        self._starts: list[int] = []  # sorted starts of _held
         self._hint: tuple[int, int] | None = None
         if size is None:
             fs, path = self._filesystem()
             try:
-                size = int(fs.size(path))
+                info = fs.info(path)
             except Exception as e:
                 raise _translate(url, e) from None
-        self.size = size
+            size = int(info["size"])
+            etag = info.get("ETag") or info.get("etag") or info.get("md5Hash")
+        self.size, self.etag = size, etag
+        self._key: str | None = None
 
     def _filesystem(self) -> tuple[Any, str]:
         if self._pid != os.getpid():  # new process (fork, spawn or first use): a connection of our own
-            self._fs, self._path = filesystem(self.url, self.storage_options, fresh=self._pid != -1)
+            fs, self._path = filesystem(self.url, _single_attempt_options(self.url, self.storage_options), fresh=self._pid != -1)
+            self._fs = _single_attempt(fs)
             self._pid = os.getpid()
         return self._fs, self._path
 
     def __getstate__(self) -> dict:
-        return {"url": self.url, "storage_options": self.storage_options, "size": self.size}
+        return {k: getattr(self, k) for k in ("url", "storage_options", "size", "etag", "cache", "hold", "retries")}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["url"], state["storage_options"], state["size"])  # type: ignore[misc]
+        self.__init__(state.pop("url"), state.pop("storage_options"), state.pop("size"), **state)  # type: ignore[misc]
 
     def __len__(self) -> int:
         return self.size
@@ -598,28 +629,123 @@ class RemoteSource:
         """The next read will be of ``[start, end)``: fetch exactly that on a miss."""
         self._hint = (start, end)
 
-    def _fetch(self, start: int, end: int) -> None:
+    # -- what is held -------------------------------------------------------- #
+
+    def _find(self, start: int, stop: int) -> tuple[int, bytes] | None:
+        i = bisect.bisect_right(self._starts, start) - 1
+        if i >= 0:
+            b0 = self._starts[i]
+            block = self._held[b0]
+            if stop <= b0 + len(block):
+                self._held[b0] = self._held.pop(b0)  # most recently used
+                return b0, block
+        return None
+
+    def _keep(self, start: int, data: bytes, pinned: frozenset[int] = frozenset()) -> None:
+        if start in self._held:
+            del self._held[start]
+        else:
+            bisect.insort(self._starts, start)
+        self._held[start] = data
+        total = sum(len(b) for b in self._held.values())
+        for b0 in list(self._held):
+            if total <= self.hold or b0 == start:
+                break
+            if b0 in pinned:
+                continue
+            total -= len(self._held.pop(b0))
+            self._starts.remove(b0)
+
+    def held(self, start: int, end: int) -> bool:
+        """Whether ``[start, end)`` is in memory."""
+        return self._find(start, end) is not None
+
+    # -- fetching ------------------------------------------------------------ #
+
+    def _cache_name(self, start: int, end: int) -> str:
+        if self._key is None:
+            from .cache import source_key
+
+            self._key = source_key(self.url, self.size, self.etag)
+        return self.cache.name(self._key, start, end)
+
+    def prefetch(self, ranges: Iterable[tuple[int, int]]) -> None:
+        """Hold every ``[start, end)`` of ``ranges``: from memory, from the disk cache, or
+        fetched, all the missing ones at once (concurrently where the store's driver is
+        asynchronous, as s3fs and gcsfs are).
+
+        Raises:
+            StorageError: a range could not be read (after the retries, for a transient
+                failure); its message names the URL and the bytes.
+        """
+        wanted = sorted({(max(0, a), min(b, self.size)) for a, b in ranges if b > a})
+        pinned = frozenset(a for a, _ in wanted)
+        missing = []
+        for a, b in wanted:
+            if self._find(a, b) is not None:
+                continue
+            data = self.cache.get(self._cache_name(a, b), b - a) if self.cache is not None else None
+            if data is not None:
+                self._keep(a, data, pinned)
+            else:
+                missing.append((a, b))
+        if not missing:
+            return
+        got = self._fetch_ranges(missing)
+        for (a, b), data in zip(missing, got):
+            if self.cache is not None:
+                self.cache.put(self._cache_name(a, b), data)
+            self._keep(a, data, pinned)
+
+    def _fetch_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         fs, path = self._filesystem()
-        try:
-            data = fs.cat_file(path, start=start, end=end)
-        except Exception as e:
-            raise _translate(self.url, e) from None
-        self.requests += 1
-        self._block_start, self._block = start, data
+        results: dict[tuple[int, int], Any] = {}
+        todo = list(ranges)
+        delay = RETRY_DELAY
+        for attempt in range(self.retries + 1):
+            self.requests += len(todo)
+            try:
+                if len(todo) == 1:
+                    got: list[Any] = [fs.cat_file(path, start=todo[0][0], end=todo[0][1])]
+                else:
+                    got = fs.cat_ranges([path] * len(todo), [a for a, _ in todo], [b for _, b in todo], on_error="return")
+            except Exception as e:
+                got = [e] * len(todo)
+            for r, data in zip(todo, got):
+                if isinstance(data, bytes) and len(data) != r[1] - r[0]:
+                    data = StorageError(f"{self.url}: asked for bytes {r[0]}-{r[1]}, the store sent {len(data)}")
+                results[r] = data
+            todo = [r for r in todo if isinstance(results[r], BaseException) and not _permanent(results[r])]
+            if not todo or attempt == self.retries:
+                break
+            self.retried += len(todo)
+            time.sleep(delay)
+            delay *= 2
+        for r in ranges:
+            failure = results[r]
+            if isinstance(failure, BaseException):
+                tries = f" after {self.retries} retries" if not _permanent(failure) and self.retries else ""
+                error = StorageError(f"{_translate(self.url, failure)} (reading bytes {r[0]}-{r[1]}{tries})")
+                error.url, error.span = self.url, r
+                raise error from None
+        self.fetched += sum(b - a for a, b in ranges)
+        return [results[r] for r in ranges]
 
     def __getitem__(self, s: slice) -> bytes:
         start, stop, _ = s.indices(self.size)
         if stop <= start:
             return b""
-        b0 = self._block_start
-        if not (b0 <= start and stop <= b0 + len(self._block)):
+        found = self._find(start, stop)
+        if found is None:
             hint, self._hint = self._hint, None
             if hint is not None and hint[0] <= start and stop <= hint[1]:
-                self._fetch(hint[0], min(hint[1], self.size))
+                self.prefetch([hint])
             else:
-                self._fetch(start, min(self.size, max(stop, start + READAHEAD)))
-            b0 = self._block_start
-        return self._block[start - b0 : stop - b0]
+                self.prefetch([(start, min(self.size, max(stop, start + READAHEAD)))])
+            found = self._find(start, stop)
+            assert found is not None
+        b0, block = found
+        return block[start - b0 : stop - b0]
 
     def find(self, sub: bytes, start: int = 0) -> int:
         pos = start
@@ -635,7 +761,8 @@ class RemoteSource:
         return -1
 
     def close(self) -> None:
-        self._block = b""
+        self._held.clear()
+        self._starts.clear()
 
 
 # --------------------------------------------------------------------------- outputs and inputs staged locally

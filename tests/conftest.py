@@ -137,6 +137,32 @@ def real_size_folders() -> dict:
     return {size: base / size for size in REAL_SIZE}
 
 
+# --------------------------------------------------------------------------- a loopback S3
+
+
+@contextmanager
+def s3_endpoint():
+    """A moto S3 server on 127.0.0.1, with the environment (``AWS_ENDPOINT_URL``, keys) pointing
+    at it for the block's duration: yields its URL."""
+    from moto import server as moto_server
+
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")}
+    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=endpoint)
+    try:
+        yield endpoint
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 # --------------------------------------------------------------------------- a Dask cluster
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import deadline
+from conftest import deadline, s3_endpoint
 
 from im2rec import recordio
 from im2rec.cli import main
@@ -35,31 +35,20 @@ def store():
 @pytest.fixture(scope="module")
 def s3(data_dir):
     """A moto S3 server on loopback with bucket `data` holding the golden pass-through and insightface files."""
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")}
-    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=endpoint)
-    fs = _STORE["fs"] = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False, endpoint_url=endpoint)
-    fs.mkdir("data")
-    for ext in ("rec", "idx", "lst"):
-        fs.put(str(data_dir / "im2rec_pack_pass" / f"all.{ext}"), f"data/all.{ext}")
-    for name in ("train.rec", "train.idx"):
-        fs.put(str(data_dir / "insightface" / name), f"data/faces/{name}")
-    for path in sorted((data_dir / "tree").rglob("*")):
-        if path.is_file():
-            fs.put(str(path), f"data/tree/{path.relative_to(data_dir / 'tree').as_posix()}")
-    fs.pipe_file("data/tree/cats/.hidden.jpg", b"hidden")
-    fs.pipe_file("data/tree/dogs/logo.svg", b"<svg/>")
-    yield endpoint
-    _STORE.clear()
-    server.stop()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with s3_endpoint() as endpoint:
+        fs = _STORE["fs"] = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False, endpoint_url=endpoint)
+        fs.mkdir("data")
+        for ext in ("rec", "idx", "lst"):
+            fs.put(str(data_dir / "im2rec_pack_pass" / f"all.{ext}"), f"data/all.{ext}")
+        for name in ("train.rec", "train.idx"):
+            fs.put(str(data_dir / "insightface" / name), f"data/faces/{name}")
+        for path in sorted((data_dir / "tree").rglob("*")):
+            if path.is_file():
+                fs.put(str(path), f"data/tree/{path.relative_to(data_dir / 'tree').as_posix()}")
+        fs.pipe_file("data/tree/cats/.hidden.jpg", b"hidden")
+        fs.pipe_file("data/tree/dogs/logo.svg", b"<svg/>")
+        yield endpoint
+        _STORE.clear()
 
 
 def run(*args):
