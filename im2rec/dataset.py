@@ -193,7 +193,8 @@ class RecordDataset:
         items_a = np.asarray([i + n if i < 0 else i for i in items], dtype=np.int64)
         if items_a.size == 0 or items_a.min() < 0 or items_a.max() >= n:
             return  # __getitem__ raises the IndexError
-        if self._whole_blocks():
+        whole = self._whole_blocks()
+        if whole:
             blocks = np.unique(np.searchsorted(self.blocks, items_a, side="right") - 1)
             firsts, lasts = self.blocks[blocks], self.blocks[blocks + 1] - 1
         else:
@@ -207,9 +208,9 @@ class RecordDataset:
             ends = reader.record_ends(self._offsets[lasts[mine]])
             runs: list[tuple[int, int]] = []
             for a, b in zip(starts.tolist(), ends.tolist()):
-                if runs and runs[-1][1] == a:  # neighbours: one request
+                if runs and runs[-1][1] == a and not whole:  # neighbouring records: one request
                     runs[-1] = (runs[-1][0], b)
-                else:
+                else:  # a block is one request (the cache's unit), fetched with the others at once
                     runs.append((a, b))
             wanted[int(shard)] = runs
         try:
@@ -227,13 +228,17 @@ class RecordDataset:
         span = getattr(e, "span", None)
         url = getattr(e, "url", None)
         for i in items.tolist():
-            reader = self.readers[int(self._shards[i])]
-            offset = int(self._offsets[i])
-            if span is not None and reader.path == url and span[0] <= offset < span[1]:
-                index = reader.require_index()
-                key = index.keys()[int(np.flatnonzero(index.offsets == offset)[0])]
-                return StorageError(f"{reader.path}: record {key} (byte {offset}) cannot be read: {e}")
+            path, offset, key = self.locate(i)
+            if span is not None and path == url and span[0] <= offset < span[1]:
+                return StorageError(f"{path}: record {key} (byte {offset}) cannot be read: {e}")
         return e
+
+    def locate(self, i: int) -> tuple[str, int, Any]:
+        """Where item ``i`` is stored: ``(.rec path or URL, byte offset, .idx key)``."""
+        reader = self.readers[int(self._shards[i])]
+        offset = int(self._offsets[i])
+        index = reader.require_index()
+        return reader.path, offset, index.keys()[int(np.flatnonzero(index.offsets == offset)[0])]
 
     def __getitems__(self, items: Sequence[int]) -> list[tuple[Any, Any]]:
         """``[self[i] for i in items]``, the DataLoader's batched read: from a store, every

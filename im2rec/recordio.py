@@ -1220,6 +1220,7 @@ def insightface_header(reader: RecordReader) -> tuple[int, int] | None:
     if index is None or 0 not in index:
         return None
     try:
+        reader._hint(index.offset(0))  # from a store: fetch record 0 alone, not a read-ahead block
         head = reader.head_at(index.offset(0), IRHEADER_SIZE + 8)
     except RecordIOError:  # a damaged record 0 is no header; readers report it where they read it
         return None

@@ -633,19 +633,21 @@ class RemoteSource:
 
     def _find(self, start: int, stop: int) -> tuple[int, bytes] | None:
         i = bisect.bisect_right(self._starts, start) - 1
-        if i >= 0:
+        while i >= 0:  # held ranges may overlap (a record, then its whole block): try each that starts before
             b0 = self._starts[i]
             block = self._held[b0]
             if stop <= b0 + len(block):
                 self._held[b0] = self._held.pop(b0)  # most recently used
                 return b0, block
+            i -= 1
         return None
 
     def _keep(self, start: int, data: bytes, pinned: frozenset[int] = frozenset()) -> None:
-        if start in self._held:
-            del self._held[start]
-        else:
-            bisect.insort(self._starts, start)
+        end = start + len(data)
+        for b0 in [b for b in self._starts if start <= b and b + len(self._held[b]) <= end]:  # now inside this one
+            del self._held[b0]
+            self._starts.remove(b0)
+        bisect.insort(self._starts, start)
         self._held[start] = data
         total = sum(len(b) for b in self._held.values())
         for b0 in list(self._held):
@@ -669,10 +671,11 @@ class RemoteSource:
             self._key = source_key(self.url, self.size, self.etag)
         return self.cache.name(self._key, start, end)
 
-    def prefetch(self, ranges: Iterable[tuple[int, int]]) -> None:
+    def prefetch(self, ranges: Iterable[tuple[int, int]], cache: bool = True) -> None:
         """Hold every ``[start, end)`` of ``ranges``: from memory, from the disk cache, or
         fetched, all the missing ones at once (concurrently where the store's driver is
-        asynchronous, as s3fs and gcsfs are).
+        asynchronous, as s3fs and gcsfs are), and stored in the disk cache unless ``cache``
+        is False.
 
         Raises:
             StorageError: a range could not be read (after the retries, for a transient
@@ -693,7 +696,7 @@ class RemoteSource:
             return
         got = self._fetch_ranges(missing)
         for (a, b), data in zip(missing, got):
-            if self.cache is not None:
+            if self.cache is not None and cache:
                 self.cache.put(self._cache_name(a, b), data)
             self._keep(a, data, pinned)
 
@@ -739,9 +742,9 @@ class RemoteSource:
         if found is None:
             hint, self._hint = self._hint, None
             if hint is not None and hint[0] <= start and stop <= hint[1]:
-                self.prefetch([hint])
+                self.prefetch([hint], cache=False)  # the cache holds read blocks only
             else:
-                self.prefetch([(start, min(self.size, max(stop, start + READAHEAD)))])
+                self.prefetch([(start, min(self.size, max(stop, start + READAHEAD)))], cache=False)
             found = self._find(start, stop)
             assert found is not None
         b0, block = found

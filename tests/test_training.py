@@ -1,0 +1,213 @@
+"""Training reads from a store: a loopback S3 (moto) behind a latency proxy that also injects faults.
+
+Every read is checked against the same read of the local file, byte for byte.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import deadline, s3_endpoint
+
+from im2rec import RecordDataset, RecordSampler
+from im2rec.cache import BlockCache
+from im2rec.cli import main
+from im2rec.errors import StorageError
+from im2rec.proxy import LatencyProxy
+
+s3fs = pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'im2rec[s3]')")
+pytest.importorskip("moto.server", reason="moto is not installed (pip install 'im2rec[test]')")
+
+
+@pytest.fixture(scope="module")
+def store(real_size_folders, tmp_path_factory):
+    """``(local .rec, proxy)``: the real-size ImageNet-like folder packed with default options,
+    uploaded to s3://train/, read through a proxy that adds 5 ms to every request."""
+    tmp = tmp_path_factory.mktemp("training")
+    root = real_size_folders["imagenet"]
+    runner = CliRunner()
+    assert runner.invoke(main, ["list", str(root), str(tmp / "data")]).exit_code == 0
+    result = runner.invoke(main, ["pack", str(tmp / "data.lst"), str(root), "-q"])
+    assert result.exit_code == 0, result.output
+    rec = tmp / "data.rec"
+    with s3_endpoint() as endpoint:
+        fs = s3fs.S3FileSystem(skip_instance_cache=True, endpoint_url=endpoint)
+        fs.mkdir("train")
+        fs.put(str(rec), "train/data.rec")
+        fs.put(str(tmp / "data.idx"), "train/data.idx")
+        with LatencyProxy(endpoint, latency=0.005) as proxy:
+            yield rec, proxy
+
+
+def options(proxy, **config):
+    opts: dict = {"endpoint_url": proxy.url, "skip_instance_cache": True}
+    if config:
+        opts["config_kwargs"] = config
+    return opts
+
+
+URL = "s3://train/data.rec"
+
+
+def test_a_batch_is_one_round_of_concurrent_requests(store):
+    rec, proxy = store
+    local = RecordDataset(rec, mode="raw")
+    remote = RecordDataset(URL, mode="raw", storage_options=options(proxy))
+    assert len(local) == len(remote) == 20
+    batch = [17, 3, 4, 5, 11]
+    proxy.reset_counters()
+    assert remote.__getitems__(batch) == local.__getitems__(batch) == [local[i] for i in batch]
+    # records 3, 4, 5 are neighbours in the file: one request; 11 and 17 one each
+    assert proxy.stats()["requests"] == 3
+    assert remote.read_stats()["requests"] == 1 + 3  # and record 0 at open (is it an insightface header?)
+    # exactly the records' bytes (each up to the next record), and record 0's
+    reader = local.readers[0]
+    extent = {o: int(reader.record_ends(np.asarray([o]))[0]) - o for o in reader.require_index().offsets.tolist()}
+    assert remote.read_stats()["fetched"] == extent[reader.require_index().offset(0)] + sum(extent[local.locate(i)[1]] for i in batch)
+
+
+def test_sampler_epoch_reads_whole_blocks_byte_identical(store):
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'im2rec[torch]')")
+    rec, proxy = store
+
+    def epoch(path, **kw):
+        ds = RecordDataset(path, mode="raw", block_bytes=256 << 10, **kw)
+        sampler = RecordSampler(ds, seed=1, window=2, batch_size=4, num_workers=2)
+        loader = torch.utils.data.DataLoader(ds, batch_size=4, sampler=sampler, num_workers=2, collate_fn=list, multiprocessing_context="fork")
+        proxy.reset_counters()
+        return ds, list(sampler), [batch for batch in loader]
+
+    local_ds, order, local = epoch(rec)
+    remote_ds, _, remote = epoch(URL, storage_options=options(proxy))
+    assert remote == local and len(local) == 5
+    assert sorted(label for b in local for _, label in b) == sorted(local_ds[i][1] for i in range(20))
+    # one request per read block of each worker (the two workers share at most the block where their shares meet)
+    block_of = np.searchsorted(remote_ds.blocks, order, side="right") - 1
+    per_worker = [{int(block_of[i]) for i in range(len(order)) if (i // 4) % 2 == w} for w in range(2)]
+    assert len(per_worker[0] & per_worker[1]) <= 1
+    assert proxy.stats()["requests"] == len(per_worker[0]) + len(per_worker[1]) >= len(remote_ds.blocks) - 1
+
+
+def test_decoded_rgb_matches_local(store):
+    rec, proxy = store
+    local = RecordDataset(rec)
+    remote = RecordDataset(URL, storage_options=options(proxy), read_blocks=True)
+    got = remote.__getitems__([0, 19, 7])
+    for (image, label), i in zip(got, [0, 19, 7]):
+        assert np.array_equal(image, local[i][0]) and label == local[i][1] and image.shape[2] == 3
+
+
+def test_second_epoch_from_the_cache_makes_no_request(store, tmp_path):
+    rec, proxy = store
+    local = RecordDataset(rec, mode="raw")
+    ds = RecordDataset(URL, mode="raw", storage_options=options(proxy), cache_dir=tmp_path / "cache", cache_limit="50MB")
+    order = list(RecordSampler(ds, seed=2))
+    proxy.reset_counters()
+    first = ds.__getitems__(order)
+    assert proxy.stats()["requests"] == len(ds.blocks) - 1 == 1  # 2 MB of records: one default 4 MB block
+    again = RecordDataset(URL, mode="raw", storage_options=options(proxy), cache_dir=tmp_path / "cache")  # a new process would start so
+    proxy.reset_counters()
+    assert again.__getitems__(order) == first == local.__getitems__(order)
+    assert proxy.stats()["requests"] == 0 and again.read_stats()["cache_hits"] == 1
+    files = os.listdir(tmp_path / "cache")
+    assert [f for f in files if f.endswith(".blk")] and not [f for f in files if f.endswith(".tmp")]
+
+
+def read_all(args):
+    url, endpoint, cache, limit, seed = args
+    ds = RecordDataset(url, mode="raw", storage_options={"endpoint_url": endpoint, "skip_instance_cache": True}, cache_dir=cache, cache_limit=limit, block_bytes=128 << 10)
+    order = list(RecordSampler(ds, seed=seed))
+    return [(i, bytes(ds[i][0])) for i in order]
+
+
+def folder_bytes(folder: Path) -> int:
+    total = 0
+    for entry in os.scandir(folder):
+        with contextlib.suppress(FileNotFoundError):
+            total += entry.stat().st_size
+    return total
+
+
+def test_cache_shared_by_racing_processes_stays_under_its_limit(store, tmp_path):
+    """Three processes read every record through one cache folder that holds about half the file:
+    they race to fetch, write and evict the same blocks; none reads a torn block, and the folder
+    never holds more than the limit."""
+    rec, proxy = store
+    local = RecordDataset(rec, mode="raw")
+    cache, limit = tmp_path / "cache", Path(rec).stat().st_size // 2
+    cache.mkdir()
+    peak, stop = [0], threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            peak[0] = max(peak[0], folder_bytes(cache))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        context = multiprocessing.get_context("forkserver")  # not fork: this process runs threads (moto, the proxy)
+        context.set_forkserver_preload(["im2rec.dataset", "s3fs"])
+        with deadline(120, "three processes reading through one cache"), context.Pool(3) as pool:
+            results = pool.map(read_all, [(URL, proxy.url, str(cache), limit, seed) for seed in range(3)])
+    finally:
+        stop.set()
+        watcher.join()
+    for got in results:
+        assert len(got) == 20 and all(data == bytes(local[i][0]) for i, data in got)
+    assert 0 < peak[0] <= limit, (peak[0], limit)
+    assert BlockCache(str(cache), limit).usage() <= limit
+
+
+def test_transient_faults_are_retried_and_counted(store):
+    rec, proxy = store
+    local = RecordDataset(rec, mode="raw")
+    for kind in ("503", "500", "reset"):
+        ds = RecordDataset(URL, mode="raw", storage_options=options(proxy), read_blocks=True)
+        proxy.reset_counters()
+        proxy.fail(2, kind, match="/train/data.rec")
+        assert ds.__getitems__([1, 2]) == local.__getitems__([1, 2]), kind
+        assert proxy.stats()["faults"] == 2, kind
+        # 503 and 500: our two retries; a reset connection: aiohttp may reopen it once itself
+        assert ds.read_stats()["retried"] == (2 if kind != "reset" else ds.read_stats()["retried"]) >= 1, kind
+
+
+def test_a_stalled_store_times_out_and_is_retried(store):
+    rec, proxy = store
+    ds = RecordDataset(URL, mode="raw", storage_options=options(proxy, read_timeout=1), read_blocks=True)
+    proxy.fail(1, "stall", match="/train/data.rec")
+    t = time.perf_counter()
+    with deadline(60, "a read from a stalled store"):
+        assert ds[4] == RecordDataset(rec, mode="raw")[4]
+    assert ds.read_stats()["retried"] == 1 and time.perf_counter() - t >= 1
+
+
+def test_a_record_that_stays_unreadable_names_the_url_and_key(store):
+    _, proxy = store
+    ds = RecordDataset(URL, mode="raw", storage_options=options(proxy), retries=2)
+    proxy.fail(3, "500", match="/train/data.rec")
+    with pytest.raises(StorageError) as e:
+        ds.__getitems__([6])
+    _, offset, key = ds.locate(6)
+    assert str(e.value).startswith(f"s3://train/data.rec: record {key} (byte {offset}) cannot be read: s3://train/data.rec: ")
+    assert str(e.value).endswith("after 2 retries)")
+    assert ds.read_stats()["requests"] == 1 + 3 and ds.read_stats()["retried"] == 2
+    proxy.clear_faults()
+
+
+def test_a_failed_read_in_a_dataloader_worker_reaches_the_loop(store):
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'im2rec[torch]')")
+    _, proxy = store
+    ds = RecordDataset(URL, mode="raw", storage_options=options(proxy), retries=0, read_blocks=True)
+    loader = torch.utils.data.DataLoader(ds, batch_size=4, sampler=RecordSampler(ds), num_workers=1, collate_fn=list, multiprocessing_context="fork")
+    proxy.fail(1, "500", match="/train/data.rec")
+    with deadline(60, "a DataLoader over a failing store"), pytest.raises(StorageError, match=r"s3://train/data\.rec: record \d+ \(byte \d+\) cannot be read"):
+        list(loader)
+    proxy.clear_faults()
