@@ -185,6 +185,11 @@ class RecordSampler:
         A resume loaded for another epoch is dropped."""
         if self._pending is not None and self._pending["epoch"] != epoch:
             self._pending = None
+        if epoch != self.epoch:  # no progress in the new epoch yet
+            self._plan_order, self._plan_replicas = self.order, self.num_replicas
+            self._start = self._yielded = 0
+            self._live_replicas = self.num_replicas
+            self._total = _share(len(self.dataset), self.num_replicas, self.drop_last) * self.num_replicas
         self.epoch = int(epoch)
 
     def _plan(self) -> np.ndarray:
@@ -225,14 +230,23 @@ class RecordSampler:
 
     # -- checkpoints --------------------------------------------------------- #
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, taken: int | None = None) -> dict[str, Any]:
         """Where the epoch stands: ``epoch``, ``seed``, ``num_replicas`` (the ranks the
         epoch's order was dealt over), ``consumed`` (positions of that order read by all
         ranks together), the order's settings and the dataset's length. A loaded state not
-        yet iterated is returned as loaded."""
+        yet iterated is returned as loaded.
+
+        Args:
+            taken: the indices this rank's training loop has taken from the current
+                iteration (batches done x batch size). A DataLoader draws indices ahead of
+                the loop (its workers' prefetch), so with a plain DataLoader pass it;
+                torchdata's ``StatefulDataLoader`` needs no help (it saves this state as
+                of each batch it returns). Default: every index yielded so far.
+        """
         if self._pending is not None:
             return {**self._pending, "order": dict(self._pending["order"])}
-        return self._state(self.epoch, self._plan_replicas, min(self._start + self._yielded * self._live_replicas, self._total), self._plan_order)
+        taken = self._yielded if taken is None else min(int(taken), self._yielded)
+        return self._state(self.epoch, self._plan_replicas, min(self._start + taken * self._live_replicas, self._total), self._plan_order)
 
     def _state(self, epoch: int, replicas: int, consumed: int, order: _Order) -> dict[str, Any]:
         return {

@@ -145,6 +145,24 @@ def test_resume_twice_and_by_hand():
     assert sorted(set(seen)) == list(range(n)) and len(seen) == n
 
 
+@pytest.mark.xdist_group("torch")
+def test_a_plain_dataloader_saves_what_the_loop_took():
+    """A DataLoader's workers draw indices ahead of the loop: the state says what the loop took."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'im2rec[torch]')")
+    ds = list(range(300))
+    sampler = RecordSampler(ds, num_replicas=2, rank=1, seed=4)
+    loader = torch.utils.data.DataLoader(ds, batch_size=10, sampler=sampler, num_workers=2, multiprocessing_context="fork")
+    it = iter(loader)
+    seen = [int(i) for _ in range(3) for i in next(it)]
+    state = sampler.state_dict(taken=30)
+    assert state["consumed"] == 60 and sampler.state_dict()["consumed"] > 60  # the workers' prefetch ran ahead
+    del it
+    again = RecordSampler(ds, num_replicas=2, rank=1, seed=4)
+    again.load_state_dict(state)
+    whole = list(RecordSampler(ds, num_replicas=2, rank=1, seed=4))
+    assert seen + list(again) == whole
+
+
 def test_a_new_epoch_drops_a_loaded_resume():
     s = RecordSampler(Sized(100), num_replicas=2, rank=0)
     s.load_state_dict({"epoch": 3, "num_replicas": 2, "consumed": 40})
