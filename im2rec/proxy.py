@@ -1,0 +1,397 @@
+"""A loopback HTTP/1.1 proxy that adds latency and injects faults, for tests and benchmarks.
+
+moto's S3 server answers on 127.0.0.1 in well under a millisecond; a cloud store takes
+10-100 ms to the first byte of every request, and now and then slows down (503 SlowDown),
+fails (500), drops a connection or stops answering. Put a `LatencyProxy` in front of the
+loopback server and point the client at ``proxy.url``: every request then waits `latency`
+seconds (an asyncio sleep, so that concurrent requests wait in parallel, as a store's do)
+before it is forwarded, and `fail` makes the next requests fail in one of those ways.
+
+    with LatencyProxy("http://127.0.0.1:5000", latency=0.02) as proxy:
+        fs = s3fs.S3FileSystem(endpoint_url=proxy.url)
+        proxy.fail(3, "503", match="/bucket/train.rec")
+
+The requests are forwarded unchanged (the Host header included, so that signatures stay
+valid), on one upstream connection per client connection, kept alive on both sides.
+Bodies are copied in blocks of up to `BLOCK` bytes as they arrive, framed by Content-Length
+or chunked transfer-encoding (copied verbatim, chunk lines included); ``Expect:
+100-continue`` is answered by the proxy itself. ``GET /__stats`` is answered by the proxy
+(its counters as JSON) and neither forwarded nor counted, so that a benchmark can read the
+counters of a proxy running in another process.
+
+``python -m im2rec.proxy UPSTREAM [--latency 0.02] [--port 0]`` serves in a process of its
+own (a benchmark keeps it from sharing the measured process's GIL): its URL on the first
+line of stdout, then until it is killed or its stdin closes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import socket
+import struct
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from urllib.parse import urlsplit
+
+__all__ = ["FAULT_KINDS", "LatencyProxy", "main"]
+
+#: The most bytes copied in one read: big enough that copying costs little per byte.
+BLOCK = 1 << 20
+#: The longest request or response head (request line or status line, and headers) accepted.
+MAX_HEAD = 64 << 10
+
+#: What `LatencyProxy.fail` can do to a request.
+FAULT_KINDS = ("503", "500", "reset", "stall")
+
+_ERRORS = {
+    "503": (b"503 Slow Down", b"SlowDown", b"Please reduce your request rate."),
+    "500": (b"500 Internal Server Error", b"InternalError", b"We encountered an internal error. Please try again."),
+}
+_NO_BODY_STATUS = (204, 304)
+_Counter = Callable[..., None]
+
+
+@dataclass
+class _Fault:
+    count: int
+    kind: str
+    match: str | None
+
+
+@dataclass
+class _Head:
+    """A request or response head: its first line, its header lines as read, and the framing they give."""
+
+    first: bytes
+    lines: list[bytes]
+    length: int | None  # Content-Length, or None
+    chunked: bool
+    close: bool  # Connection: close
+    expect_continue: bool
+
+    @classmethod
+    def parse(cls, raw: bytes) -> _Head:
+        first, *lines = raw[:-4].split(b"\r\n")
+        length, chunked, close, expect = None, False, False, False
+        for line in lines:
+            name, _, value = line.partition(b":")
+            name, value = name.strip().lower(), value.strip().lower()
+            if name == b"content-length":
+                length = int(value)
+            elif name == b"transfer-encoding":
+                chunked = value.split(b",")[-1].strip() == b"chunked"
+            elif name == b"connection":
+                close = b"close" in value
+            elif name == b"expect":
+                expect = value == b"100-continue"
+        return cls(first, lines, length, chunked, close, expect)
+
+    def encode(self, drop: tuple[bytes, ...] = ()) -> bytes:
+        kept = [line for line in self.lines if line.partition(b":")[0].strip().lower() not in drop]
+        return b"\r\n".join([self.first, *kept, b"", b""])
+
+
+class LatencyProxy:
+    """Forwards HTTP/1.1 requests to `upstream` after `latency` seconds each; counts them; injects faults.
+
+    Args:
+        upstream: the server's URL, ``http://HOST:PORT`` (moto's server).
+        latency: seconds every request waits before it is forwarded.
+        host, port: where the proxy listens (port 0: a free port, see `url`).
+
+    Counters (read them from any thread): `requests` (every request, faulted ones included),
+    `bytes_sent` (response bytes written to clients), `faults` (requests that got a fault).
+    """
+
+    def __init__(self, upstream: str, latency: float = 0.02, host: str = "127.0.0.1", port: int = 0) -> None:
+        parts = urlsplit(upstream)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"upstream must be http://HOST:PORT, got {upstream!r}")
+        self.upstream = (parts.hostname, parts.port or 80)
+        self.latency = latency
+        self.host, self.port = host, port
+        self.requests = self.bytes_sent = self.faults = 0
+        self._faults: list[_Fault] = []
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task] = set()
+        #: A list to append "METHOD PATH" of every request to, or None (the default: no log).
+        self.log: list[str] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    def start(self) -> LatencyProxy:
+        """Listen, in an event loop of its own in a daemon thread; returns self once listening."""
+        if self._thread is not None:
+            return self
+        loop = self._loop = asyncio.new_event_loop()
+        try:
+            self._server = loop.run_until_complete(asyncio.start_server(self._serve, self.host, self.port, limit=BLOCK))
+        except BaseException:
+            loop.close()
+            self._loop = None
+            raise
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._thread = threading.Thread(target=loop.run_forever, name=f"LatencyProxy:{self.port}", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop listening, drop every connection (stalled ones included) and end the thread."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
+        self._loop = self._thread = self._server = None
+
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def __enter__(self) -> LatencyProxy:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- counters and faults --------------------------------------------------------------
+
+    def stats(self) -> dict[str, int]:
+        """The counters, as ``GET /__stats`` answers them."""
+        with self._lock:
+            return {"requests": self.requests, "bytes_sent": self.bytes_sent, "faults": self.faults}
+
+    def reset_counters(self) -> None:
+        with self._lock:
+            self.requests = self.bytes_sent = self.faults = 0
+
+    def fail(self, count: int, kind: str, match: str | None = None) -> None:
+        """Give the next `count` requests (those whose path contains `match`, if given) a fault.
+
+        Kinds: ``"503"`` (S3's SlowDown XML error, status 503), ``"500"`` (InternalError),
+        ``"reset"`` (the client's connection is reset, unanswered), ``"stall"`` (no answer: the
+        connection is held open until the client closes it). Calls add up: each call's faults
+        are used in turn, after those of earlier calls that match.
+        """
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}: expected one of {', '.join(FAULT_KINDS)}")
+        if count > 0:
+            with self._lock:
+                self._faults.append(_Fault(count, kind, match))
+
+    def clear_faults(self) -> None:
+        """Drop the faults that `fail` set and no request has used yet."""
+        with self._lock:
+            self._faults.clear()
+
+    def _take_fault(self, path: str) -> str | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault.match is None or fault.match in path:
+                    fault.count -= 1
+                    if fault.count == 0:
+                        self._faults.remove(fault)
+                    self.faults += 1
+                    return fault.kind
+        return None
+
+    def _count(self, requests: int = 0, sent: int = 0) -> None:
+        with self._lock:
+            self.requests += requests
+            self.bytes_sent += sent
+
+    # -- serving --------------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        try:
+            while True:
+                try:
+                    raw = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+                    return  # the client closed its connection (between requests, as keep-alive does)
+                request = _Head.parse(raw)
+                method, target = (request.first.split(b" ") + [b"", b""])[:2]
+                path = target.decode("latin-1")
+                if path == "/__stats":
+                    await self._drain_body(reader, writer, request)
+                    body = json.dumps(self.stats()).encode()
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                    await writer.drain()
+                    continue
+                self._count(requests=1)
+                if self.log is not None:
+                    self.log.append(f"{method.decode('latin-1')} {path}")
+                kind = self._take_fault(path)
+                if kind != "stall":
+                    await asyncio.sleep(self.latency)
+                if kind == "reset":
+                    _reset(writer)
+                    return
+                if kind == "stall":
+                    while await reader.read(BLOCK):
+                        pass
+                    return
+                if kind is not None:
+                    await self._drain_body(reader, writer, request)
+                    await self._error(writer, kind, path, head_only=method == b"HEAD")
+                    continue
+                if upstream is None or upstream[0].at_eof():
+                    if upstream is not None:
+                        upstream[1].close()
+                    upstream = await asyncio.open_connection(*self.upstream, limit=BLOCK)
+                if not await self._forward(reader, writer, upstream, request, method == b"HEAD"):
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+            return  # either side broke the exchange off: drop this connection, as a store would
+        except asyncio.CancelledError:
+            return  # close(): the proxy is shutting down
+        finally:
+            self._tasks.discard(task)
+            if upstream is not None:
+                upstream[1].close()
+            writer.close()
+
+    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter], request: _Head, head_only: bool) -> bool:
+        """One exchange: the request to upstream, its response back. False if the connection must close."""
+        up_reader, up_writer = upstream
+        if request.expect_continue:
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        up_writer.write(request.encode(drop=(b"expect",)))
+        await _copy_body(reader, up_writer, request)
+        await up_writer.drain()
+        while True:
+            response = _Head.parse(await up_reader.readuntil(b"\r\n\r\n"))
+            status = int(response.first.split(b" ", 2)[1])
+            head = response.encode()
+            writer.write(head)
+            self._count(sent=len(head))
+            if not 100 <= status < 200:
+                break
+        if head_only or status in _NO_BODY_STATUS:
+            pass
+        elif response.chunked or response.length is not None:
+            await _copy_body(up_reader, writer, response, count=self._count)
+        else:  # the body runs to the end of the connection
+            await _copy(up_reader, writer, None, count=self._count)
+            await writer.drain()
+            return False
+        await writer.drain()
+        return not (request.close or response.close)
+
+    async def _drain_body(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: _Head) -> None:
+        """Read and drop a request's body (one the proxy answers itself)."""
+        if request.expect_continue:
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        await _copy_body(reader, None, request)
+
+    async def _error(self, writer: asyncio.StreamWriter, kind: str, path: str, head_only: bool) -> None:
+        status, code, message = _ERRORS[kind]
+        body = b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code><Message>%s</Message><Resource>%s</Resource><RequestId>im2rec-proxy</RequestId></Error>' % (
+            code,
+            message,
+            path.encode("latin-1").replace(b"&", b"&amp;").replace(b"<", b"&lt;"),
+        )
+        data = b"HTTP/1.1 %s\r\nContent-Type: application/xml\r\nContent-Length: %d\r\n\r\n" % (status, len(body))
+        if not head_only:
+            data += body
+        writer.write(data)
+        self._count(sent=len(data))
+        await writer.drain()
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """Close a connection with a TCP reset (SO_LINGER 0), as a store dropping it does."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
+async def _copy_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter | None, head: _Head, count: _Counter | None = None) -> int:
+    """Copy the body that `head` frames (chunked: verbatim, chunk lines and trailers included); None drops it."""
+    if head.chunked:
+        total = 0
+        while True:
+            line = await reader.readuntil(b"\r\n")
+            size = int(line.split(b";", 1)[0].strip(), 16)
+            total += _emit(writer, line, count)
+            if size == 0:
+                while True:  # trailers, up to the empty line
+                    line = await reader.readuntil(b"\r\n")
+                    total += _emit(writer, line, count)
+                    if line == b"\r\n":
+                        return total
+            total += await _copy(reader, writer, size + 2, count)
+    if head.length:
+        return await _copy(reader, writer, head.length, count)
+    return 0
+
+
+def _emit(writer: asyncio.StreamWriter | None, data: bytes, count: _Counter | None) -> int:
+    if writer is not None:
+        writer.write(data)
+        if count is not None:
+            count(sent=len(data))
+    return len(data)
+
+
+async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter | None, length: int | None, count: _Counter | None = None) -> int:
+    """Copy `length` bytes (None: up to the end of the stream) in blocks of up to BLOCK bytes."""
+    left = length
+    total = 0
+    while left is None or left > 0:
+        data = await reader.read(BLOCK if left is None else min(left, BLOCK))
+        if not data:
+            if left is None:
+                return total
+            raise asyncio.IncompleteReadError(b"", left)
+        total += len(data)
+        if left is not None:
+            left -= len(data)
+        if writer is not None:
+            writer.write(data)
+            if count is not None:
+                count(sent=len(data))
+            await writer.drain()
+    return total
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m im2rec.proxy UPSTREAM``: serve until killed, or until stdin closes."""
+    parser = argparse.ArgumentParser(prog="python -m im2rec.proxy", description=__doc__.split("\n\n")[0])
+    parser.add_argument("upstream", help="the server to forward to, http://HOST:PORT")
+    parser.add_argument("--latency", type=float, default=0.02, help="seconds added to every request (default 0.02)")
+    parser.add_argument("--port", type=int, default=0, help="port to listen on, on 127.0.0.1 (default: a free one)")
+    args = parser.parse_args(argv)
+    with LatencyProxy(args.upstream, latency=args.latency, port=args.port) as proxy:
+        print(proxy.url, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            while sys.stdin.read(1 << 16):
+                pass
+
+
+if __name__ == "__main__":
+    main()
