@@ -55,6 +55,8 @@ from the local disk, at least 10x the per-record reads, and at least 1.0x the be
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import inspect
 import json
 import os
@@ -197,7 +199,8 @@ def _s3fs_open(url, mode="rb", bufsize=8192, **kw):
     """webdataset's opener for s3:// URLs: fsspec's s3fs, reading ahead 8 MB per request."""
     import fsspec
 
-    return fsspec.open(url, mode, block_size=8 << 20, cache_type="readahead").open()
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs.open(path, mode, block_size=8 << 20, cache_type="readahead")
 
 
 def loader(name: str, args, tmp: Path, do_decode: bool):
@@ -219,7 +222,11 @@ def loader(name: str, args, tmp: Path, do_decode: bool):
         return torch.utils.data.DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=args.workers)
     if name == "litdata":
         import litdata
+        import litdata.streaming.downloader
 
+        # litdata fetches chunks with obstore, which refuses an http:// endpoint unless told
+        # (allow_http), and litdata has no option for it: the loopback store needs it, a real one not.
+        litdata.streaming.downloader._OBSTORE_CLIENT_OPTIONS["allow_http"] = "true"  # type: ignore[index]
         ds = litdata.StreamingDataset(f"{url}/litdata", cache_dir=str(tmp / "cache"), shuffle=True, seed=0, storage_options={"endpoint_url": os.environ["AWS_ENDPOINT_URL"]}, transform=_decoded_item if do_decode else _raw_item)
         return litdata.StreamingDataLoader(ds, batch_size=BATCH, num_workers=args.workers)
     if name == "streaming":
@@ -238,8 +245,9 @@ def loader(name: str, args, tmp: Path, do_decode: bool):
     if name == "webdataset":
         import fsspec
         import webdataset as wds
+        wds_gopen = importlib.import_module("webdataset.gopen")  # the module: webdataset.gopen is also a function
 
-        wds.gopen.gopen_schemes["s3"] = _s3fs_open
+        wds_gopen.gopen_schemes["s3"] = _s3fs_open
         shards = sorted(fsspec.filesystem("s3").ls(f"{BUCKET}/{args.images}/webdataset"))
         ds = wds.WebDataset([f"s3://{s}" for s in shards], shardshuffle=len(shards), seed=0, empty_check=False).shuffle(1000).map(lambda s: _wds_pair(s, do_decode))
         return torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=args.workers)
@@ -265,8 +273,6 @@ def epoch(name: str, args) -> None:
 
 def missing(name: str) -> str | None:
     """Why contender `name` cannot run here, or None."""
-    import importlib.util
-
     if name in PIP and importlib.util.find_spec(name) is None:
         return f"skipped: pip install {PIP[name]}"
     if name in ("s3-sampler", "s3-cache"):
