@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,17 +35,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import best_of, corpus, image_files, row
+from common import S3_ENV, best_of, corpus, image_files, row, run_sampled, start_moto, stop
 
 from im2rec.lst import ListEntry, write_lst
 
 MAXRSS = "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> None:
@@ -56,20 +49,13 @@ def main() -> None:
     ap.add_argument("--large", type=int, default=60, help="phone-sized photos for section 5")
     ap.add_argument("--only", choices=["reencode"], default=None)
     args = ap.parse_args()
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    env = dict(os.environ, AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
+    server, endpoint = start_moto()
+    env = dict(os.environ, **S3_ENV, AWS_ENDPOINT_URL=endpoint)
     os.environ.update(env)
     tmp = Path(tempfile.mkdtemp(prefix="im2rec-bench-remote-"))
     try:
         import s3fs
 
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
         fs = s3fs.S3FileSystem(skip_instance_cache=True)
         fs.mkdir("bench")
         if args.only == "reencode":
@@ -145,49 +131,8 @@ def main() -> None:
             row(f"{lines:,} list lines", kb / 1024, "MB")
         reencode(fs, tmp, env, args)
     finally:
-        server.terminate()
-        server.wait()
+        stop(server)
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def tree_pss_kb(pid: int) -> tuple[int, int]:
-    """The summed PSS of a process and all its descendants, and that of the process alone, in kB."""
-    children: dict = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    total, top, todo = 0, 0, [pid]
-    while todo:
-        p = todo.pop()
-        todo += children.get(p, [])
-        try:
-            with open(f"/proc/{p}/smaps_rollup") as f:
-                pss = next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
-        except (OSError, StopIteration):
-            continue
-        total += pss
-        top = pss if p == pid else top
-    return total, top
-
-
-def run_sampled(cmd, env) -> tuple[float, float, float]:
-    """(seconds, peak MB of the summed PSS of the command's process tree, peak MB of its main process)."""
-    t = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
-    peak = top = 0
-    while proc.poll() is None:
-        tree, main = tree_pss_kb(proc.pid)
-        peak, top = max(peak, tree), max(top, main)
-        time.sleep(0.02)
-    seconds = time.perf_counter() - t
-    if proc.returncode:
-        raise SystemExit(f"{' '.join(map(str, cmd))} failed with status {proc.returncode}")
-    return seconds, peak / 1024, top / 1024
 
 
 def s3fs_cat(paths):

@@ -1,11 +1,15 @@
-"""Helpers shared by the benchmark scripts: the corpus, timing, and printing."""
+"""Helpers shared by the benchmark scripts: the corpus, timing, printing, a loopback S3, memory."""
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import statistics
+import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,3 +58,100 @@ def row(name: str, value: float, unit: str, ratio: float | None = None, note: st
     ratio_s = f"{ratio:6.2f}x" if ratio is not None else " " * 7
     value_s = f"{value:>12,.3f}" if value < 100 else f"{value:>12,.0f}"
     print(f"  {name:<44} {value_s} {unit:<10} {ratio_s}  {note}")
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout: float = 10.0) -> None:
+    """Return once something accepts connections on 127.0.0.1:port; SystemExit after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f} s") from None
+            time.sleep(0.05)
+
+
+#: The credentials every benchmark gives moto's server (it accepts any).
+S3_ENV = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def start_moto(env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """moto's S3 server on 127.0.0.1 in a process of its own, listening; (the process, its endpoint URL)."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    wait_for_port(port)
+    return server, f"http://127.0.0.1:{port}"
+
+
+def start_proxy(upstream: str, latency: float) -> tuple[subprocess.Popen, str]:
+    """`python -m im2rec.proxy` in a process of its own (it ends when its stdin closes); (the process, its URL)."""
+    proxy = subprocess.Popen([sys.executable, "-m", "im2rec.proxy", upstream, "--latency", str(latency)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proxy.stdout is not None
+    url = proxy.stdout.readline().strip()
+    if not url.startswith("http://"):
+        raise SystemExit(f"python -m im2rec.proxy did not start (it printed {url!r})")
+    return proxy, url
+
+
+def stop(process: subprocess.Popen) -> None:
+    """End a server this script started, and wait for it."""
+    if process.stdin is not None:
+        process.stdin.close()
+    process.terminate()
+    process.wait()
+
+
+def proxy_stats(url: str) -> dict[str, int]:
+    """The counters of a running `im2rec.proxy`: requests, bytes_sent, faults."""
+    with urllib.request.urlopen(f"{url}/__stats", timeout=10) as r:
+        return json.loads(r.read())
+
+
+def tree_pss_kb(pid: int) -> tuple[int, int]:
+    """The summed PSS of a process and all its descendants, and that of the process alone, in kB."""
+    children: dict = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    total, top, todo = 0, 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo += children.get(p, [])
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                pss = next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+        except (OSError, StopIteration):
+            continue
+        total += pss
+        top = pss if p == pid else top
+    return total, top
+
+
+def run_sampled(cmd, env) -> tuple[float, float, float]:
+    """(seconds, peak MB of the summed PSS of the command's process tree, peak MB of its main process),
+    the PSS sampled every 20 ms."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
+    peak = top = 0
+    while proc.poll() is None:
+        tree, main = tree_pss_kb(proc.pid)
+        peak, top = max(peak, tree), max(top, main)
+        time.sleep(0.02)
+    seconds = time.perf_counter() - t
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(map(str, cmd))} failed with status {proc.returncode}")
+    return seconds, peak / 1024, top / 1024
