@@ -862,7 +862,7 @@ class RecordReader:
         key_type: how ``.idx`` keys are parsed (``int`` as in MXNet).
         storage_options: fsspec's options, for a URL.
         source_options: for a URL, ``storage.RemoteSource``'s keyword arguments (``cache``,
-            ``hold``, ``retries``).
+            ``retries``).
 
     Raises:
         OSError: a file cannot be opened.
@@ -960,7 +960,9 @@ class RecordReader:
             return _PART_HEAD.unpack_from(self._buffer, pos)
         return _PART_HEAD.unpack(self._source[pos : pos + 8])
 
-    def _hint(self, pos: int) -> None:
+    def hint_record(self, pos: int) -> None:
+        """From a store: the next read fetches exactly the record at ``pos`` (its extent from the
+        ``.idx``) if it is not held, rather than a read-ahead block. A no-op locally."""
         if self._remote is not None:  # one request for exactly this record
             self._remote.hint(pos, self._record_end(pos))
 
@@ -1066,7 +1068,7 @@ class RecordReader:
         index = self.require_index()
         entry = index.entry(key)
         pos = int(index.offsets[entry])
-        self._hint(pos)
+        self.hint_record(pos)
         # Fast path: a whole record in one part (cflag 0), as nearly every image is.
         magic, lrec = self._head(pos)  # validate() keeps pos + 8 in the file
         if magic == MAGIC and lrec <= LENGTH_MASK and pos + 8 + ((lrec + 3) & ~3) <= self.size:
@@ -1168,7 +1170,7 @@ class RecordReader:
         """The payload of the record at ``pos`` without a copy when it is in one part
         (a memoryview of the map: release it before closing the reader)."""
         if self._buffer is None:
-            self._hint(pos)
+            self.hint_record(pos)
             return self.read_at(pos)[0]
         cflag, length = self._part_head(pos, pos)
         if cflag == 0:
@@ -1220,7 +1222,7 @@ def insightface_header(reader: RecordReader) -> tuple[int, int] | None:
     if index is None or 0 not in index:
         return None
     try:
-        reader._hint(index.offset(0))  # from a store: fetch record 0 alone, not a read-ahead block
+        reader.hint_record(index.offset(0))  # from a store: fetch record 0 alone, not a read-ahead block
         head = reader.head_at(index.offset(0), IRHEADER_SIZE + 8)
     except RecordIOError:  # a damaged record 0 is no header; readers report it where they read it
         return None

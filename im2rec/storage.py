@@ -23,6 +23,7 @@ import re
 import shutil
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -547,8 +548,47 @@ class Streamer:
             self._pool.shutdown(wait=False)
 
 
-#: Bytes of fetched blocks a ``RemoteSource`` keeps in memory (beyond those of the batch being read).
+#: Bytes of fetched ranges the ``RemoteSource`` objects of one process keep in memory together
+#: (beyond those of the batch being read), least recently used dropped first.
 HOLD = 64 << 20
+
+
+class _Held:
+    """The ranges every ``RemoteSource`` of this process holds, in one least-recently-used
+    order, so that a dataset of many shards holds ``HOLD`` bytes in all, not per shard.
+    A forked child inherits it with the sources it describes."""
+
+    def __init__(self) -> None:
+        self.order: dict[tuple[int, int], tuple[weakref.ref, int]] = {}  # (id(source), start) -> (source, bytes)
+        self.total = 0
+
+    def used(self, source: RemoteSource, start: int) -> None:
+        key = (id(source), start)
+        entry = self.order.pop(key, None)
+        if entry is not None:
+            self.order[key] = entry
+
+    def added(self, source: RemoteSource, start: int, size: int, pinned: frozenset[int]) -> None:
+        self.order[(id(source), start)] = (weakref.ref(source), size)
+        self.total += size
+        for (sid, b0), (ref, _size) in list(self.order.items()):
+            if self.total <= HOLD:
+                break
+            if sid == id(source) and (b0 == start or b0 in pinned):
+                continue
+            owner = ref()
+            if owner is not None:
+                owner.forget(b0)
+            else:
+                self.dropped(sid, b0)
+
+    def dropped(self, sid: int, start: int) -> None:
+        entry = self.order.pop((sid, start), None)
+        if entry is not None:
+            self.total -= entry[1]
+
+
+_HELD = _Held()
 
 
 class RemoteSource:
@@ -556,8 +596,8 @@ class RemoteSource:
 
     Behaves like the read-only memory map a local file gets: ``len``, slicing
     (``source[a:b]`` -> bytes) and ``find``. Fetched ranges are held in memory, the
-    least recently used dropped beyond ``hold`` bytes: a read inside one costs no
-    request. On a miss, after ``hint(start, end)`` (a record's exact extent, from the
+    least recently used dropped beyond ``HOLD`` bytes for all the sources of the process:
+    a read inside one costs no request. On a miss, after ``hint(start, end)`` (a record's exact extent, from the
     ``.idx``) exactly that range is fetched; otherwise ``READAHEAD`` bytes from where the
     read starts, for sequential scans. ``prefetch(ranges)`` fetches many ranges at once,
     concurrently (one request each), for a batch of records.
@@ -583,19 +623,18 @@ class RemoteSource:
         *,
         etag: str | None = None,
         cache: Any = None,
-        hold: int = HOLD,
         retries: int = RETRIES,
     ):
         self.url = url
         self.storage_options = dict(storage_options or {})
-        self.cache, self.hold, self.retries = cache, hold, retries
+        self.cache, self.retries = cache, retries
         self._pid = -1
         self._fs: Any = None
         self._path = ""
         self.requests = 0  # ranged reads sent to the store (retries included)
         self.retried = 0  # of which retries after a transient failure
         self.fetched = 0  # bytes received
-        self._held: dict[int, bytes] = {}  # start -> bytes, least recently used first
+        self._held: dict[int, bytes] = {}  # start -> bytes (their order of use: _HELD)
         self._starts: list[int] = []  # sorted starts of _held
         self._hint: tuple[int, int] | None = None
         if size is None:
@@ -617,7 +656,7 @@ class RemoteSource:
         return self._fs, self._path
 
     def __getstate__(self) -> dict:
-        return {k: getattr(self, k) for k in ("url", "storage_options", "size", "etag", "cache", "hold", "retries")}
+        return {k: getattr(self, k) for k in ("url", "storage_options", "size", "etag", "cache", "retries")}
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state.pop("url"), state.pop("storage_options"), state.pop("size"), **state)  # type: ignore[misc]
@@ -637,7 +676,7 @@ class RemoteSource:
             b0 = self._starts[i]
             block = self._held[b0]
             if stop <= b0 + len(block):
-                self._held[b0] = self._held.pop(b0)  # most recently used
+                _HELD.used(self, b0)
                 return b0, block
             i -= 1
         return None
@@ -645,18 +684,16 @@ class RemoteSource:
     def _keep(self, start: int, data: bytes, pinned: frozenset[int] = frozenset()) -> None:
         end = start + len(data)
         for b0 in [b for b in self._starts if start <= b and b + len(self._held[b]) <= end]:  # now inside this one
-            del self._held[b0]
-            self._starts.remove(b0)
+            self.forget(b0)
         bisect.insort(self._starts, start)
         self._held[start] = data
-        total = sum(len(b) for b in self._held.values())
-        for b0 in list(self._held):
-            if total <= self.hold or b0 == start:
-                break
-            if b0 in pinned:
-                continue
-            total -= len(self._held.pop(b0))
-            self._starts.remove(b0)
+        _HELD.added(self, start, len(data), pinned)
+
+    def forget(self, start: int) -> None:
+        """Drop the range held from ``start`` (the process's memory budget is full)."""
+        if self._held.pop(start, None) is not None:
+            self._starts.remove(start)
+            _HELD.dropped(id(self), start)
 
     def held(self, start: int, end: int) -> bool:
         """Whether ``[start, end)`` is in memory."""
@@ -764,8 +801,12 @@ class RemoteSource:
         return -1
 
     def close(self) -> None:
-        self._held.clear()
-        self._starts.clear()
+        for start in list(self._held):
+            self.forget(start)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
 
 
 # --------------------------------------------------------------------------- outputs and inputs staged locally

@@ -7,9 +7,9 @@ import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "im2rec"
 MODULES = sorted(PACKAGE.glob("*.py"))
-#: Underscored names that are public all the same: NamedTuple's ``_replace`` and ``_make``, ``os._exit``,
+#: Underscored names that are public all the same: NamedTuple's ``_replace``, ``_make`` and ``_asdict``, ``os._exit``,
 #: and numpy's ``_reconstruct``, the global every pickled array (an insightface .bin) names.
-PUBLIC_ANYWAY = {"_replace", "_make", "_exit", "_reconstruct"}
+PUBLIC_ANYWAY = {"_replace", "_make", "_asdict", "_exit", "_reconstruct"}
 
 
 def _tree(path: pathlib.Path) -> ast.AST:

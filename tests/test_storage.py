@@ -709,3 +709,29 @@ def test_an_unfinished_upload_is_named_by_its_url_and_resumed(s3, data_dir, tmp_
     assert result.exit_code == 0, result.output
     assert s3_bytes("data/unfinished/all.rec") == (golden / "all.rec").read_bytes()
     assert not staged.exists()
+
+
+def test_fetched_ranges_share_one_memory_budget_across_sources(monkeypatch):
+    """A dataset of many shards holds HOLD bytes of fetched ranges in all, not HOLD per shard;
+    the ranges of the batch being read stay, whatever the budget."""
+    import fsspec
+
+    from im2rec import storage
+
+    monkeypatch.setattr(storage, "HOLD", 3000)
+    fs = fsspec.filesystem("memory")
+    data = {f"memory://held/shard{k}.rec": bytes([k]) * 4000 for k in range(3)}
+    for url, blob in data.items():
+        fs.pipe_file(url, blob)
+    sources = [RemoteSource(url) for url in data]
+    before = storage._HELD.total
+    for source in sources:
+        source.prefetch([(0, 1000), (1000, 2000)])
+        assert source[0:10] == bytes([sources.index(source)]) * 10
+    held = [sum(len(b) for b in s._held.values()) for s in sources]
+    assert storage._HELD.total - before == sum(held) <= 3000 and held[-1] == 2000  # the oldest dropped first
+    sources[0].prefetch([(0, 1000), (1000, 2000), (2000, 3000), (3000, 4000)])  # one batch bigger than the budget: kept whole
+    assert sum(len(b) for b in sources[0]._held.values()) == 4000 and sources[0].requests >= 2
+    for source in sources:
+        source.close()
+    assert storage._HELD.total == before
