@@ -18,6 +18,7 @@ follow) are detected: the dataset then yields only the images, and
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -171,6 +172,8 @@ class RecordDataset:
         self._offsets, self._shards = self._offsets[lo:hi], self._shards[lo:hi]
         self._identities: np.ndarray | None = None
         self._blocks: np.ndarray | None = None
+        self.sampler: Any = None  # a RecordSampler whose order the reads follow (see follow)
+        self._ahead: _ReadAhead | None = None
 
     @property
     def blocks(self) -> np.ndarray:
@@ -183,12 +186,37 @@ class RecordDataset:
             self._blocks = np.append(np.flatnonzero(new), np.int64(len(self))).astype(np.int64)
         return self._blocks
 
-    def _whole_blocks(self) -> bool:
-        return self.read_blocks is True or (self.read_blocks == "auto" and self.cache is not None)
+    def follow(self, sampler: Any) -> None:
+        """Read in the order of ``sampler`` (a block-local ``RecordSampler`` calls this): from a
+        store, fetch whole read blocks, and in each DataLoader worker (or this process) the
+        blocks of its next batch while the current one is decoded."""
+        self.sampler = sampler
 
-    def _prefetch(self, items: Sequence[int]) -> None:
+    def _whole_blocks(self) -> bool:
+        return self.read_blocks is True or (self.read_blocks == "auto" and (self.cache is not None or self.sampler is not None))
+
+    def _read_ahead(self, items: np.ndarray) -> None:
+        """Start fetching, in a background thread, the blocks of this process's next batch in
+        the sampler's order (a DataLoader worker gets every ``num_workers``-th batch). Where
+        ``items`` is not found in that order (another sampler, another epoch), nothing."""
+        ahead = self._ahead
+        if ahead is None or ahead.pid != os.getpid():
+            ahead = self._ahead = _ReadAhead(self.sampler.upcoming())
+        at = ahead.locate(items)
+        if at is None:
+            return
+        batch = items.size
+        following = ahead.plan[at + ahead.workers * batch : at + (ahead.workers + 1) * batch]
+        ahead.next = at + ahead.workers * batch
+        if following.size:
+            ahead.start(lambda: self._prefetch(following, wait=False))
+
+    def _prefetch(self, items: Sequence[int] | np.ndarray, wait: bool = True) -> None:
         """Fetch the records of ``items`` from the store, all at once: their read blocks, or
-        each record's bytes (neighbours in one request)."""
+        each record's bytes (neighbours in one request). ``wait``: let a read-ahead in flight
+        finish first (it is fetching what is needed now)."""
+        if wait and self._ahead is not None:
+            self._ahead.wait()
         n = len(self)
         items_a = np.asarray([i + n if i < 0 else i for i in items], dtype=np.int64)
         if items_a.size == 0 or items_a.min() < 0 or items_a.max() >= n:
@@ -242,16 +270,21 @@ class RecordDataset:
 
     def __getitems__(self, items: Sequence[int]) -> list[tuple[Any, Any]]:
         """``[self[i] for i in items]``, the DataLoader's batched read: from a store, every
-        record of the batch is fetched at once (see ``_prefetch``) before any is decoded."""
+        record of the batch is fetched at once (see ``_prefetch``) before any is decoded, and
+        under a ``RecordSampler`` the next batch's blocks are fetched meanwhile."""
         if self.remote:
             self._prefetch(items)
+            if self.sampler is not None and self._whole_blocks():
+                self._read_ahead(np.asarray(items, dtype=np.int64))
         return [self[i] for i in items]
 
     def read_stats(self) -> dict[str, int]:
         """This process's reads from the store: ``requests`` (retries included), ``retried``,
-        ``fetched`` bytes, ``cache_hits`` (blocks read from ``cache_dir``) and
-        ``cached`` (blocks stored there)."""
-        stats = {"requests": 0, "retried": 0, "fetched": 0, "cache_hits": 0, "cached": 0}
+        ``fetched`` bytes, ``cache_hits`` (blocks read from ``cache_dir``), ``cached``
+        (blocks stored there) and ``read_ahead`` (next batches fetched ahead)."""
+        stats = {"requests": 0, "retried": 0, "fetched": 0, "cache_hits": 0, "cached": 0, "read_ahead": 0}
+        if self._ahead is not None and self._ahead.pid == os.getpid():
+            stats["read_ahead"] = self._ahead.started
         for reader in self.readers:
             if reader.remote:
                 for k in ("requests", "retried", "fetched"):
@@ -262,6 +295,11 @@ class RecordDataset:
 
     def __len__(self) -> int:
         return int(self._offsets.size)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_ahead"] = None  # a thread: each process starts its own
+        return state
 
     def header(self, i: int) -> tuple[Any, ...]:
         """The IRHeader of item ``i`` (label included), without decoding its image."""
@@ -278,7 +316,7 @@ class RecordDataset:
         reader = self.readers[int(self._shards[i])]
         offset = int(self._offsets[i])
         if reader.remote and self._whole_blocks():
-            self._prefetch([i])
+            self._prefetch([i], wait=False)  # (in a batch, __getitems__ fetched it: no waiting on the read-ahead)
         try:
             payload = reader.view_at(offset)  # no copy: a view of the map, dropped on return
         except StorageError as e:
@@ -327,3 +365,49 @@ class RecordDataset:
     def __repr__(self) -> str:
         kind = f", insightface {self.insightface}" if self.insightface else ""
         return f"RecordDataset({self.paths[0] if len(self.paths) == 1 else self.paths!r}, {len(self)} records, mode={self.mode!r}{kind})"
+
+
+class _ReadAhead:
+    """A process's place in its sampler's order, and the one background fetch it runs."""
+
+    def __init__(self, plan: np.ndarray):
+        self.pid = os.getpid()
+        self.plan = plan
+        self.next: int | None = None  # where this process's next batch should start
+        self.workers = 1
+        try:
+            import torch.utils.data
+
+            info = torch.utils.data.get_worker_info()
+            if info is not None:
+                self.workers = info.num_workers
+        except ImportError:
+            pass
+        self._pool: ThreadPoolExecutor | None = None
+        self._future: Any = None
+        self.started = 0
+
+    def locate(self, items: np.ndarray) -> int | None:
+        """Where ``items`` starts in the plan (checked whole), or None."""
+        size = items.size
+        if size == 0:
+            return None
+        guesses = [self.next] if self.next is not None else []
+        for at in guesses + np.flatnonzero(self.plan == items[0])[:4].tolist():
+            if at is not None and np.array_equal(self.plan[at : at + size], items):
+                return int(at)
+        return None
+
+    def start(self, fetch: Callable[[], None]) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="im2rec-read-ahead")
+        self.wait()
+        self._future = self._pool.submit(fetch)
+        self.started += 1
+
+    def wait(self) -> None:
+        """Until the fetch in flight is done; its failure is the next read's to report."""
+        future, self._future = self._future, None
+        if future is not None:
+            with contextlib.suppress(Exception):
+                future.result()

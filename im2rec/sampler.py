@@ -119,8 +119,8 @@ class RecordSampler:
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
         self.dataset = dataset
-        if block_local and shuffle and getattr(dataset, "read_blocks", None) == "auto":
-            dataset.read_blocks = True  # type: ignore[attr-defined]  # RecordDataset: fetch whole blocks, since reads follow them
+        if block_local and shuffle and hasattr(dataset, "follow"):
+            dataset.follow(self)  # RecordDataset: from a store, fetch whole blocks, and the next batch's ahead
         self.seed, self.num_replicas, self.rank = int(seed), num_replicas, rank
         self.order = _Order(shuffle, drop_last, block_local, window, block_size, batch_size, max(0, num_workers))
         self.epoch = 0
@@ -193,23 +193,32 @@ class RecordSampler:
         self.epoch = int(epoch)
 
     def _plan(self) -> np.ndarray:
-        """The indices this rank yields in the iteration that starts now."""
+        """The indices this rank yields in the iteration that starts now (a loaded resume is used up)."""
         pending, self._pending = self._pending, None
-        self._start, self._yielded, self._live_replicas = 0, 0, self.num_replicas
+        indices, self._start, self._total, self._plan_order, self._plan_replicas = self._indices(pending)
+        self._yielded, self._live_replicas = 0, self.num_replicas
+        return indices
+
+    def _indices(self, pending: dict[str, Any] | None) -> tuple[np.ndarray, int, int, _Order, int]:
+        """``(this rank's indices, positions consumed before, positions in all, order, its ranks)``
+        of an iteration starting from ``pending`` (a loaded resume) or from the epoch's start."""
         if pending is None:
-            self._plan_order, self._plan_replicas = self.order, self.num_replicas
             pieces = self._pieces(self.epoch, self.num_replicas, self.order)
-            self._total = pieces.size
-            return pieces[self.rank]
-        self._plan_order, self._plan_replicas = _Order(**pending["order"]), pending["num_replicas"]
-        order = self.global_order()
-        self._total = order.size
-        self._start = consumed = min(pending["consumed"], order.size)
-        if self._plan_replicas == self.num_replicas and consumed % self.num_replicas == 0:
-            return order[consumed + self.rank :: self.num_replicas]
+            return pieces[self.rank], 0, pieces.size, self.order, self.num_replicas
+        order_settings, replicas = _Order(**pending["order"]), pending["num_replicas"]
+        order = self._pieces(self.epoch, replicas, order_settings).T.reshape(-1)
+        consumed = min(pending["consumed"], order.size)
+        if replicas == self.num_replicas and consumed % self.num_replicas == 0:
+            return order[consumed + self.rank :: self.num_replicas], consumed, order.size, order_settings, replicas
         rest = order[consumed:]  # elastic: deal what is left over the ranks there are now
         rest = np.resize(rest, _share(rest.size, self.num_replicas, self.drop_last) * self.num_replicas) if rest.size else rest
-        return rest[self.rank :: self.num_replicas]
+        return rest[self.rank :: self.num_replicas], consumed, order.size, order_settings, replicas
+
+    def upcoming(self) -> np.ndarray:
+        """The indices the next iteration will yield on this rank, without starting it: a
+        DataLoader worker's copy of the sampler (made when the workers started, after
+        ``set_epoch``) tells its ``RecordDataset`` which blocks to fetch ahead."""
+        return self._indices(self._pending)[0]
 
     def __iter__(self) -> Iterator[int]:
         return self._generate(self._plan().tolist())

@@ -22,6 +22,7 @@ import posixpath
 import re
 import shutil
 import tempfile
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -290,8 +291,6 @@ def fetch_in_order(
     anything else (timeouts, 5xx, throttling, dropped connections).
     """
     import queue
-    import threading
-    import time
 
     stats = stats if stats is not None else FetchStats()
     out: queue.Queue[Any] = queue.Queue()
@@ -549,8 +548,9 @@ class Streamer:
 
 
 #: Bytes of fetched ranges the ``RemoteSource`` objects of one process keep in memory together
-#: (beyond those of the batch being read), least recently used dropped first.
-HOLD = 64 << 20
+#: (beyond those of the batch being read), least recently used dropped first: room for a
+#: RecordSampler window of 8 blocks of 4 MB being read and the next batch's blocks fetched ahead.
+HOLD = 80 << 20
 
 
 class _Held:
@@ -589,6 +589,18 @@ class _Held:
 
 
 _HELD = _Held()
+#: Guards what the sources of this process hold (``_HELD`` and each ``_held``): a dataset's
+#: read-ahead thread adds blocks while the reading thread looks them up. New in a forked child.
+_LOCK = threading.RLock()
+
+
+def _new_lock() -> None:
+    global _LOCK
+    _LOCK = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock)
 
 
 class RemoteSource:
@@ -671,6 +683,10 @@ class RemoteSource:
     # -- what is held -------------------------------------------------------- #
 
     def _find(self, start: int, stop: int) -> tuple[int, bytes] | None:
+        with _LOCK:
+            return self._find_locked(start, stop)
+
+    def _find_locked(self, start: int, stop: int) -> tuple[int, bytes] | None:
         i = bisect.bisect_right(self._starts, start) - 1
         while i >= 0:  # held ranges may overlap (a record, then its whole block): try each that starts before
             b0 = self._starts[i]
@@ -682,6 +698,10 @@ class RemoteSource:
         return None
 
     def _keep(self, start: int, data: bytes, pinned: frozenset[int] = frozenset()) -> None:
+        with _LOCK:
+            self._keep_locked(start, data, pinned)
+
+    def _keep_locked(self, start: int, data: bytes, pinned: frozenset[int]) -> None:
         end = start + len(data)
         for b0 in [b for b in self._starts if start <= b and b + len(self._held[b]) <= end]:  # now inside this one
             self.forget(b0)
@@ -691,9 +711,10 @@ class RemoteSource:
 
     def forget(self, start: int) -> None:
         """Drop the range held from ``start`` (the process's memory budget is full)."""
-        if self._held.pop(start, None) is not None:
-            self._starts.remove(start)
-            _HELD.dropped(id(self), start)
+        with _LOCK:
+            if self._held.pop(start, None) is not None:
+                self._starts.remove(start)
+                _HELD.dropped(id(self), start)
 
     def held(self, start: int, end: int) -> bool:
         """Whether ``[start, end)`` is in memory."""

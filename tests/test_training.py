@@ -97,6 +97,22 @@ def test_sampler_epoch_reads_whole_blocks_byte_identical(store):
     assert proxy.stats()["requests"] == len(per_worker[0]) + len(per_worker[1]) >= len(remote_ds.blocks) - 1
 
 
+def test_each_batch_fetches_the_next_ones_blocks_ahead(store):
+    """In one process (a DataLoader without workers): while a batch is decoded, the next one's
+    blocks are fetched; every block is still fetched once."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'im2rec[torch]')")
+    rec, proxy = store
+    ds = RecordDataset(URL, mode="raw", block_bytes=128 << 10, storage_options=options(proxy))
+    loader = torch.utils.data.DataLoader(ds, batch_size=3, sampler=RecordSampler(ds, seed=5, window=2), collate_fn=list)
+    proxy.reset_counters()
+    got = [item for batch in loader for item in batch]
+    local = RecordDataset(rec, mode="raw", block_bytes=128 << 10)
+    assert got == [local[i] for i in RecordSampler(local, seed=5, window=2)]
+    assert ds.read_stats()["read_ahead"] == 6  # 7 batches: each but the last fetched the next one's blocks
+    assert ds.read_stats()["fetched"] == Path(rec).stat().st_size  # every byte once (record 0's at open included)
+    assert proxy.stats()["requests"] <= len(ds.blocks) - 1
+
+
 def test_decoded_rgb_matches_local(store):
     rec, proxy = store
     local = RecordDataset(rec)
