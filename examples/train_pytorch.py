@@ -8,8 +8,10 @@
     # DDP on 2 processes (CPU, gloo), the .rec in S3, fetched blocks kept on local disk:
     torchrun --nproc-per-node 2 examples/train_pytorch.py s3://bucket/train.rec \\
         --cache-dir /tmp/im2rec-cache --checkpoint ckpt.pt --epochs 2
-    # killed? the same command resumes from ckpt.pt, in the middle of the epoch, on any
-    # number of processes: the rest of the epoch reads each remaining image once.
+    # stopped (Ctrl-C, a lost node, a preempted job)? the same command resumes from ckpt.pt,
+    # in the middle of the epoch, on any number of processes: the rest of the epoch reads
+    # each remaining image once. (Killing torchrun with SIGKILL leaves its ranks running:
+    # kill them, or use Ctrl-C / SIGTERM, which torchrun passes on.)
 
 What each piece does:
 - RecordDataset reads the .rec (a memory map locally; from a store, a batch's records are
@@ -47,7 +49,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--classes", type=int, default=None, help="[default: from the labels, one pass over the headers]")
+    ap.add_argument("--classes", type=int, default=None, help="[default: from the labels, one pass over the headers (from a store: every block, once, through --cache-dir)]")
     ap.add_argument("--cache-dir", default=None, help="keep fetched blocks here (a URL .rec); shared by every process")
     ap.add_argument("--checkpoint", default=None, help="save here after each --save-every batches and each epoch; resume from it")
     ap.add_argument("--save-every", type=int, default=20)

@@ -131,7 +131,9 @@ class RecordDataset:
         if cache_dir is not None:
             from .shards import parse_size
 
-            limit = parse_size(cache_limit) if isinstance(cache_limit, str) else (cache_limit or CACHE_LIMIT)
+            limit = CACHE_LIMIT if cache_limit is None else parse_size(cache_limit) if isinstance(cache_limit, str) else cache_limit
+            if not isinstance(limit, int) or limit < block_bytes:
+                raise ValueError(f"cache_limit must hold at least one read block ({block_bytes:,} bytes), got {cache_limit!r}")
             self.cache = BlockCache(os.fspath(cache_dir), limit)
         if read_blocks not in (True, False, "auto"):
             raise ValueError(f"read_blocks must be True, False or 'auto', got {read_blocks!r}")
@@ -191,6 +193,14 @@ class RecordDataset:
         store, fetch whole read blocks, and in each DataLoader worker (or this process) the
         blocks of its next batch while the current one is decoded."""
         self.sampler = sampler
+        self._hold_window()
+
+    def _hold_window(self) -> None:
+        """Room in memory for the sampler's window of blocks being read and the next batch's
+        blocks fetched ahead, if that is more than ``storage.HOLD``."""
+        window = getattr(getattr(self.sampler, "order", None), "window", None)
+        if self.remote and window:
+            storage.hold_at_least(2 * window * self.block_bytes + self.block_bytes)
 
     def _whole_blocks(self) -> bool:
         return self.read_blocks is True or (self.read_blocks == "auto" and (self.cache is not None or self.sampler is not None))
@@ -301,9 +311,16 @@ class RecordDataset:
         state["_ahead"] = None  # a thread: each process starts its own
         return state
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._hold_window()  # a spawned worker's memory budget, as its parent's
+
     def header(self, i: int) -> tuple[Any, ...]:
-        """The IRHeader of item ``i`` (label included), without decoding its image."""
+        """The IRHeader of item ``i`` (label included), without decoding its image (from a
+        store reading whole blocks, its block: through the cache, when there is one)."""
         reader = self.readers[int(self._shards[i])]
+        if reader.remote and self._whole_blocks():
+            self._prefetch([i], wait=False)
         head = reader.head_at(int(self._offsets[i]), IRHEADER_SIZE)
         flag = IRHEADER_STRUCT.unpack_from(head)[0] if len(head) >= IRHEADER_SIZE else 0
         return unpack(reader.head_at(int(self._offsets[i]), IRHEADER_SIZE + 4 * flag))[0]

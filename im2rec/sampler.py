@@ -108,7 +108,10 @@ class RecordSampler:
         num_workers: int = 0,
     ):
         if num_replicas is None or rank is None:
-            world = _distributed() or (1, 0)
+            world = _distributed()
+            if world is None and rank is None and num_replicas not in (None, 1):
+                raise ValueError(f"num_replicas={num_replicas} needs rank (or an initialised torch.distributed)")
+            world = world or (1, 0)
             num_replicas = world[0] if num_replicas is None else num_replicas
             rank = world[1] if rank is None else rank
         if num_replicas < 1:
@@ -254,7 +257,9 @@ class RecordSampler:
         """
         if self._pending is not None:
             return {**self._pending, "order": dict(self._pending["order"])}
-        taken = self._yielded if taken is None else min(int(taken), self._yielded)
+        if taken is not None and not 0 <= taken <= self._yielded:
+            raise ValueError(f"taken={taken}, but this rank has yielded {self._yielded} indices of the current iteration")
+        taken = self._yielded if taken is None else int(taken)
         return self._state(self.epoch, self._plan_replicas, min(self._start + taken * self._live_replicas, self._total), self._plan_order)
 
     def _state(self, epoch: int, replicas: int, consumed: int, order: _Order) -> dict[str, Any]:

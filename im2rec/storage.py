@@ -40,6 +40,7 @@ __all__ = [
     "expand",
     "fetch_in_order",
     "filesystem",
+    "hold_at_least",
     "is_url",
     "join",
     "list_files",
@@ -155,6 +156,12 @@ def check_bucket(url: str, storage_options: Mapping[str, Any] | None = None) -> 
     except Exception as e:
         raise _translate(f"{url.split('://', 1)[0]}://{bucket}", e) from None
     if not there:
+        try:  # exists() says False for an endpoint it cannot reach, too: ask again, for the real error
+            fs.ls(bucket)
+        except FileNotFoundError:
+            pass
+        except Exception as e:
+            raise _translate(f"{url.split('://', 1)[0]}://{bucket}", e) from None
         raise StorageError(f"{url}: the bucket {bucket} does not exist (or these credentials cannot see it)")
 
 
@@ -373,13 +380,22 @@ def fetch_in_order(
         thread.join(5)
 
 
+#: Seconds an S3 request may wait for a connection or for the next bytes before it fails (and is
+#: retried), unless ``storage_options`` say otherwise (``config_kwargs.read_timeout``): botocore's
+#: own 60 s made a stalled store take minutes to surface through the retries.
+TIMEOUT = 15
+
+
 def _single_attempt_options(url: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """For fetching images: botocore's own retries off (unless the options set them), so that
-    every retry is ours, with its backoff, and counted."""
+    """For fetching images and records: botocore's own retries off (unless the options set
+    them), so that every retry is ours, with its backoff, and counted; ``TIMEOUT`` to connect
+    and between bytes."""
     options = dict(storage_options or {})
     if url.split("://", 1)[0] in ("s3", "s3a"):
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("retries", {"total_max_attempts": 1})
+        config.setdefault("connect_timeout", TIMEOUT)
+        config.setdefault("read_timeout", TIMEOUT)
         options["config_kwargs"] = config
     return options
 
@@ -561,6 +577,7 @@ class _Held:
     def __init__(self) -> None:
         self.order: dict[tuple[int, int], tuple[weakref.ref, int]] = {}  # (id(source), start) -> (source, bytes)
         self.total = 0
+        self.limit = HOLD
 
     def used(self, source: RemoteSource, start: int) -> None:
         key = (id(source), start)
@@ -572,7 +589,7 @@ class _Held:
         self.order[(id(source), start)] = (weakref.ref(source), size)
         self.total += size
         for (sid, b0), (ref, _size) in list(self.order.items()):
-            if self.total <= HOLD:
+            if self.total <= self.limit:
                 break
             if sid == id(source) and (b0 == start or b0 in pinned):
                 continue
@@ -589,6 +606,12 @@ class _Held:
 
 
 _HELD = _Held()
+def hold_at_least(size: int) -> None:
+    """Let the sources of this process hold at least ``size`` bytes of fetched ranges
+    (``HOLD`` by default): a dataset whose sampler mixes wider windows of blocks needs more."""
+    _HELD.limit = max(_HELD.limit, int(size))
+
+
 #: Guards what the sources of this process hold (``_HELD`` and each ``_held``): a dataset's
 #: read-ahead thread adds blocks while the reading thread looks them up. New in a forked child.
 _LOCK = threading.RLock()

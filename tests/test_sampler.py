@@ -181,6 +181,19 @@ def test_refuses_a_state_of_another_dataset():
         s.load_state_dict({"epoch": 0, "num_replicas": 1})
     with pytest.raises(ValueError, match=r"rank must be in \[0, num_replicas=2\), got 2"):
         RecordSampler(Sized(10), num_replicas=2, rank=2)
+    with pytest.raises(ValueError, match=r"num_replicas=2 needs rank \(or an initialised torch.distributed\)"):
+        RecordSampler(Sized(10), num_replicas=2)
+    assert RecordSampler(Sized(10), num_replicas=1).rank == 0
+
+
+def test_taken_is_checked_when_the_state_is_saved():
+    s = RecordSampler(Sized(100), num_replicas=2, rank=0)
+    it = iter(s)
+    [next(it) for _ in range(10)]
+    assert s.state_dict(taken=4)["consumed"] == 8 and s.state_dict()["consumed"] == 20
+    for taken in (-5, 11):
+        with pytest.raises(ValueError, match=f"taken={taken}, but this rank has yielded 10 indices of the current iteration"):
+            s.state_dict(taken=taken)
 
 
 @pytest.fixture

@@ -718,7 +718,7 @@ def test_fetched_ranges_share_one_memory_budget_across_sources(monkeypatch):
 
     from im2rec import storage
 
-    monkeypatch.setattr(storage, "HOLD", 3000)
+    monkeypatch.setattr(storage._HELD, "limit", 3000)
     fs = fsspec.filesystem("memory")
     data = {f"memory://held/shard{k}.rec": bytes([k]) * 4000 for k in range(3)}
     for url, blob in data.items():
@@ -735,3 +735,13 @@ def test_fetched_ranges_share_one_memory_budget_across_sources(monkeypatch):
     for source in sources:
         source.close()
     assert storage._HELD.total == before
+
+
+def test_an_unreachable_endpoint_is_not_called_a_missing_bucket(tmp_path, data_dir):
+    result = run(
+        "pack", data_dir / "im2rec_pack_pass" / "all.lst", data_dir / "tree", "s3://bucket/t.rec",
+        "--storage-option", "endpoint_url=http://127.0.0.1:9",
+        "--storage-option", "config_kwargs.retries.total_max_attempts=1",
+    )
+    assert result.exit_code == 1
+    assert result.output.startswith('Error: s3://bucket: EndpointConnectionError: Could not connect to the endpoint URL: "http://127.0.0.1:9/bucket'), result.output

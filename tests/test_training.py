@@ -138,6 +138,25 @@ def test_second_epoch_from_the_cache_makes_no_request(store, tmp_path):
     assert [f for f in files if f.endswith(".blk")] and not [f for f in files if f.endswith(".tmp")]
 
 
+def test_cache_limit_must_hold_a_block(store, tmp_path):
+    _, proxy = store
+    for limit in ("1MB", 0, 20.5, "0"):
+        with pytest.raises(ValueError, match="cache_limit must hold at least one read block|is not a positive size"):
+            RecordDataset(URL, storage_options=options(proxy), cache_dir=tmp_path, cache_limit=limit)
+    assert RecordDataset(URL, storage_options=options(proxy), cache_dir=tmp_path).cache.limit == 10 * 10**9
+
+
+def test_a_header_scan_goes_through_the_cache(store, tmp_path):
+    """The example's class count (every label, before training): from the store once, then from the cache."""
+    rec, proxy = store
+    labels = [RecordDataset(rec).header(i).label for i in range(20)]
+    for round_ in range(2):
+        ds = RecordDataset(URL, storage_options=options(proxy), cache_dir=tmp_path)
+        proxy.reset_counters()
+        assert [ds.header(i).label for i in range(20)] == labels
+        assert proxy.stats()["requests"] == (1 if round_ == 0 else 0)
+
+
 def read_all(args):
     url, endpoint, cache, limit, seed = args
     # the credentials too: a fork server started by an earlier test has not the environment s3_endpoint set
@@ -174,8 +193,13 @@ def test_cache_shared_by_racing_processes_stays_under_its_limit(store, tmp_path)
     try:
         context = multiprocessing.get_context("forkserver")  # not fork: this process runs threads (moto, the proxy)
         context.set_forkserver_preload(["im2rec.dataset", "s3fs"])
-        with deadline(120, "three processes reading through one cache"), context.Pool(3) as pool:
-            results = pool.map(read_all, [(URL, proxy.url, str(cache), limit, seed) for seed in range(3)])
+        pool = context.Pool(3)
+        try:
+            with deadline(120, "three processes reading through one cache"):
+                results = pool.map(read_all, [(URL, proxy.url, str(cache), limit, seed) for seed in range(3)])
+        finally:
+            pool.close()  # not terminate (the with statement's): its semaphores are released, not leaked
+            pool.join()
     finally:
         stop.set()
         watcher.join()
