@@ -12,11 +12,12 @@ import time
 import urllib.request
 
 import pytest
+from conftest import s3_endpoint
 
 from im2rec.proxy import LatencyProxy
 
 s3fs = pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'im2rec[s3]')")
-moto_server = pytest.importorskip("moto.server", reason="moto is not installed (pip install 'im2rec[test]')")
+pytest.importorskip("moto.server", reason="moto is not installed (pip install 'im2rec[test]')")
 
 LATENCY = 0.03
 BIG = os.urandom(6 << 20)  # multi-MB: a multipart upload through s3fs, several blocks both ways
@@ -25,18 +26,8 @@ BIG = os.urandom(6 << 20)  # multi-MB: a multipart upload through s3fs, several 
 @pytest.fixture(scope="module")
 def moto():
     """A moto S3 server on loopback; its endpoint."""
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
-    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
-    yield f"http://{host}:{port}"
-    server.stop()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with s3_endpoint() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture(scope="module")
