@@ -17,7 +17,7 @@ read through `python -m im2rec.proxy --latency` (another process, so that the pr
 not share the measured process's GIL), which adds --latency seconds to every request, as
 a cloud store's time to first byte, and counts the requests (`GET /__stats`).
 
-Every contender runs in a subprocess of its own: one cold epoch (each library's local
+Every contender runs in a subprocess of its own: one cold epoch, or the best of --rounds (each library's local
 cache folder is new and empty for each run), a torch DataLoader with --workers workers,
 batches of 64, shuffled, first handing out the raw JPEG bytes and labels ("raw"), then,
 in a second cold run, decoding each with the same function inside the workers
@@ -353,6 +353,7 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=5000, help="records in the .rec (the first lines of the shuffled list)")
     ap.add_argument("--latency", type=float, default=0.02, help="seconds the proxy adds to every request")
     ap.add_argument("--workers", type=int, default=2, help="DataLoader workers")
+    ap.add_argument("--rounds", type=int, default=1, help="cold epochs of each contender, the best kept (a shared machine is noisy)")
     ap.add_argument("--only", nargs="+", choices=CONTENDERS, help="these contenders alone")
     # The subprocesses: one epoch of a contender, or writing a peer's format.
     ap.add_argument("--run", choices=CONTENDERS, help=argparse.SUPPRESS)
@@ -400,8 +401,10 @@ def main() -> None:
                 print(f"  {TITLES[name]:<40} {skipped[name]}")
                 continue
             env = dict(through, PYTHONPATH=os.pathsep.join([str(stub), os.environ.get("PYTHONPATH", "")])) if name == "streaming" else through
-            raw, _, peak_raw = measure(name, args, env, proxy_url, False)
-            decoded, requests, peak = measure(name, args, env, proxy_url, True)
+            raws = [measure(name, args, env, proxy_url, False) for _ in range(args.rounds)]
+            decodeds = [measure(name, args, env, proxy_url, True) for _ in range(args.rounds)]
+            raw, peak_raw = max(r[0] for r in raws), max(r[2] for r in raws)
+            decoded, requests, peak = max(r[0] for r in decodeds), decodeds[-1][1], max(r[2] for r in decodeds)
             results[name] = (raw, decoded, requests, max(peak, peak_raw))
             print(f"  {TITLES[name]:<40} {raw:>10,.0f} {decoded:>10,.0f} {requests:>9,} {max(peak, peak_raw):>8,.0f}", flush=True)
         print("  (samples/s raw and decoded; requests and peak memory (summed PSS of the process tree) of the decoded epoch)")
