@@ -36,6 +36,7 @@ import numpy as np
 __all__ = ["RecordSampler"]
 
 _STATE_VERSION = 1
+_STREAM = 0x1A2EC  # this module's random streams: default_rng([seed, epoch, _STREAM, ...])
 
 
 def _distributed() -> tuple[int, int] | None:
@@ -163,8 +164,18 @@ class RecordSampler:
 
     def _pieces(self, epoch: int, replicas: int, order: _Order) -> np.ndarray:
         """``(replicas, per_rank)``: each rank's indices for the epoch, in reading order."""
+        records = self._records(epoch, replicas, order)
+        return np.stack([self._arranged(records, epoch, replicas, order, r) for r in range(replicas)])
+
+    def _piece(self, epoch: int, replicas: int, order: _Order, rank: int) -> np.ndarray:
+        """Rank ``rank``'s row of ``_pieces``, without arranging the others'."""
+        return self._arranged(self._records(epoch, replicas, order), epoch, replicas, order, rank)
+
+    def _records(self, epoch: int, replicas: int, order: _Order) -> np.ndarray:
+        """``(replicas, per_rank)``: the epoch's records dealt in contiguous pieces, not yet
+        arranged within a piece (blocks shuffled, padded or cut)."""
         n = len(self.dataset)
-        rng = np.random.default_rng([self.seed, epoch, 0x1A2EC])
+        rng = np.random.default_rng([self.seed, epoch, _STREAM])
         starts = self.blocks(order.block_size)
         if not order.shuffle:
             records = np.arange(n, dtype=np.int64)
@@ -174,12 +185,16 @@ class RecordSampler:
             records = _concat_blocks(starts, rng.permutation(starts.size - 1))
         per_rank = _share(n, replicas, order.drop_last)
         records = np.resize(records, per_rank * replicas) if n else np.zeros(0, np.int64)  # pads by repeating from the start
-        pieces = records.reshape(replicas, per_rank)
-        if order.shuffle and order.block_local:
-            block_of = np.searchsorted(starts, np.arange(n), side="right") - 1
-            for r in range(replicas):
-                pieces[r] = _arrange(pieces[r], block_of, order, rng)
-        return pieces
+        return records.reshape(replicas, per_rank)
+
+    def _arranged(self, records: np.ndarray, epoch: int, replicas: int, order: _Order, rank: int) -> np.ndarray:
+        """Rank ``rank``'s piece in reading order: shuffled within windows of blocks (each rank
+        with a random stream of its own, so that a rank computes only its own piece)."""
+        piece = records[rank]
+        if not (order.shuffle and order.block_local) or piece.size == 0:
+            return piece
+        block_of = np.searchsorted(self.blocks(order.block_size), piece, side="right") - 1
+        return _arrange(piece, block_of, order, np.random.default_rng([self.seed, epoch, _STREAM, replicas, rank]))
 
     # -- the sampler protocol ------------------------------------------------ #
 
@@ -206,8 +221,8 @@ class RecordSampler:
         """``(this rank's indices, positions consumed before, positions in all, order, its ranks)``
         of an iteration starting from ``pending`` (a loaded resume) or from the epoch's start."""
         if pending is None:
-            pieces = self._pieces(self.epoch, self.num_replicas, self.order)
-            return pieces[self.rank], 0, pieces.size, self.order, self.num_replicas
+            mine = self._piece(self.epoch, self.num_replicas, self.order, self.rank)
+            return mine, 0, mine.size * self.num_replicas, self.order, self.num_replicas
         order_settings, replicas = _Order(**pending["order"]), pending["num_replicas"]
         order = self._pieces(self.epoch, replicas, order_settings).T.reshape(-1)
         consumed = min(pending["consumed"], order.size)
@@ -327,8 +342,9 @@ def _share(n: int, replicas: int, drop_last: bool) -> int:
 
 
 def _arrange(piece: np.ndarray, block_of: np.ndarray, order: _Order, rng: np.random.Generator) -> np.ndarray:
-    """A rank's piece in reading order: split between its workers' batches (when known),
-    each worker's share shuffled within windows of ``order.window`` blocks."""
+    """A rank's piece (``block_of``: each record's block) in reading order: split between its
+    workers' batches (when known), each worker's share shuffled within windows of
+    ``order.window`` blocks."""
     workers, batch = order.num_workers, order.batch_size
     if workers <= 1 or batch is None:
         return _window_shuffle(piece, block_of, order.window, rng)
@@ -337,7 +353,8 @@ def _arrange(piece: np.ndarray, block_of: np.ndarray, order: _Order, rng: np.ran
     taken = 0
     for w in range(workers):
         slots = np.flatnonzero(owner == w)
-        out[slots] = _window_shuffle(piece[taken : taken + slots.size], block_of, order.window, rng)
+        share = slice(taken, taken + slots.size)
+        out[slots] = _window_shuffle(piece[share], block_of[share], order.window, rng)
         taken += slots.size
     return out
 
@@ -350,10 +367,10 @@ def _concat_blocks(starts: np.ndarray, blocks: np.ndarray) -> np.ndarray:
 
 
 def _window_shuffle(piece: np.ndarray, block_of: np.ndarray, window: int, rng: np.random.Generator) -> np.ndarray:
-    """``piece`` with its records shuffled within each run of ``window`` consecutive blocks."""
+    """``piece`` with its records shuffled within each run of ``window`` consecutive blocks
+    (``block_of``: each record's block)."""
     if piece.size == 0:
         return piece.copy()
-    blocks = block_of[piece]
-    new_block = np.concatenate(([True], blocks[1:] != blocks[:-1]))
+    new_block = np.concatenate(([True], block_of[1:] != block_of[:-1]))
     group = (np.cumsum(new_block) - 1) // window
-    return piece[np.lexsort((rng.random(piece.size), group))]
+    return piece[np.argsort(group + rng.random(piece.size), kind="stable")]  # the group, then a random place in it
