@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Union
@@ -400,8 +401,7 @@ class _ReadAhead:
                 self.workers = info.num_workers
         except ImportError:
             pass
-        self._pool: ThreadPoolExecutor | None = None
-        self._future: Any = None
+        self._thread: threading.Thread | None = None
         self.started = 0
 
     def locate(self, items: np.ndarray) -> int | None:
@@ -416,15 +416,20 @@ class _ReadAhead:
         return None
 
     def start(self, fetch: Callable[[], None]) -> None:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="im2rec-read-ahead")
+        """Run ``fetch`` in a thread of its own: a daemon, so that a worker that is told to stop
+        (or dies with an error) exits without waiting for a fetch in flight."""
         self.wait()
-        self._future = self._pool.submit(fetch)
+
+        def run() -> None:
+            with contextlib.suppress(Exception):  # its failure is the next read's to report
+                fetch()
+
+        self._thread = threading.Thread(target=run, name="im2rec-read-ahead", daemon=True)
+        self._thread.start()
         self.started += 1
 
     def wait(self) -> None:
-        """Until the fetch in flight is done; its failure is the next read's to report."""
-        future, self._future = self._future, None
-        if future is not None:
-            with contextlib.suppress(Exception):
-                future.result()
+        """Until the fetch in flight is done."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()

@@ -106,7 +106,8 @@ class LatencyProxy:
         host, port: where the proxy listens (port 0: a free port, see `url`).
 
     Counters (read them from any thread): `requests` (every request, faulted ones included),
-    `bytes_sent` (response bytes written to clients), `faults` (requests that got a fault).
+    `bytes_sent` (response bytes written to clients), `faults` (requests that got a fault),
+    `most_waiting` (the most requests in their latency wait at once: above 1, they overlapped).
     """
 
     def __init__(self, upstream: str, latency: float = 0.02, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -117,6 +118,7 @@ class LatencyProxy:
         self.latency = latency
         self.host, self.port = host, port
         self.requests = self.bytes_sent = self.faults = 0
+        self.waiting = self.most_waiting = 0  # requests in their latency wait: now, and at most at once
         self._faults: list[_Fault] = []
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -177,11 +179,11 @@ class LatencyProxy:
     def stats(self) -> dict[str, int]:
         """The counters, as ``GET /__stats`` answers them."""
         with self._lock:
-            return {"requests": self.requests, "bytes_sent": self.bytes_sent, "faults": self.faults}
+            return {"requests": self.requests, "bytes_sent": self.bytes_sent, "faults": self.faults, "most_waiting": self.most_waiting}
 
     def reset_counters(self) -> None:
         with self._lock:
-            self.requests = self.bytes_sent = self.faults = 0
+            self.requests = self.bytes_sent = self.faults = self.most_waiting = 0
 
     def fail(self, count: int, kind: str, match: str | None = None) -> None:
         """Give the next `count` requests (those whose path contains `match`, if given) a fault.
@@ -245,7 +247,14 @@ class LatencyProxy:
                     self.log.append(f"{method.decode('latin-1')} {path}")
                 kind = self._take_fault(path)
                 if kind != "stall":
-                    await asyncio.sleep(self.latency)
+                    with self._lock:
+                        self.waiting += 1
+                        self.most_waiting = max(self.most_waiting, self.waiting)
+                    try:
+                        await asyncio.sleep(self.latency)
+                    finally:
+                        with self._lock:
+                            self.waiting -= 1
                 if kind == "reset":
                     _reset(writer)
                     return

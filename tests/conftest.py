@@ -186,9 +186,13 @@ def dask_cluster():
         assert address.startswith("tcp://"), address
         yield address
     finally:
-        proc.stdin.close()
+        proc.stdin.close()  # the cluster closes itself when its stdin ends...
         try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # ...unless a forked child of this process still holds the pipe open
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

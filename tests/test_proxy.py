@@ -78,7 +78,7 @@ def test_puts_and_gets_through_the_proxy_byte_identical(fresh, shared):
     assert fs.cat_file("proxied/parts") == BIG
     assert fs.cat_file("proxied/big", start=1_000_003, end=3_000_001) == BIG[1_000_003:3_000_001]
     assert fs.info("proxied/big")["size"] == len(BIG)  # HEAD: a response without a body
-    assert sorted(fs.ls("proxied")) == ["proxied/big", "proxied/parts", "proxied/small"]
+    assert {"proxied/big", "proxied/parts", "proxied/small"} <= set(fs.ls("proxied"))  # (and other tests' objects)
     assert fresh.requests >= 9 and fresh.faults == 0
     assert fresh.bytes_sent > 2 * len(BIG) + 2_000_000
 
@@ -96,21 +96,21 @@ def test_latency_is_added_to_every_request_and_counted(fresh, shared):
     assert log == ["GET /proxied/small"] * 10
     assert fresh.requests == 10 and fresh.faults == 0
     assert fresh.bytes_sent >= 10 * len(b"hello")
-    assert fresh.stats() == {"requests": 10, "bytes_sent": fresh.bytes_sent, "faults": 0}
+    assert fresh.stats() == {"requests": 10, "bytes_sent": fresh.bytes_sent, "faults": 0, "most_waiting": 1}  # one after another
     fresh.reset_counters()
-    assert fresh.stats() == {"requests": 0, "bytes_sent": 0, "faults": 0}
+    assert fresh.stats() == {"requests": 0, "bytes_sent": 0, "faults": 0, "most_waiting": 0}
 
 
 def test_concurrent_requests_wait_in_parallel(fresh, shared):
     fs = shared
     get(fs)
     fresh.reset_counters()
-    t = time.perf_counter()
-    results = fs.cat_ranges(["proxied/big"] * 20, [i * 1000 for i in range(20)], [i * 1000 + 10 for i in range(20)])
-    elapsed = time.perf_counter() - t
+    fs.pipe_file("proxied/ranges", BIG[:20_000])  # its own object: under pytest-xdist, another test's may be elsewhere
+    fresh.reset_counters()
+    results = fs.cat_ranges(["proxied/ranges"] * 20, [i * 1000 for i in range(20)], [i * 1000 + 10 for i in range(20)])
     assert results == [BIG[i * 1000 : i * 1000 + 10] for i in range(20)]
     assert fresh.requests == 20
-    assert elapsed < 20 * LATENCY  # they overlapped: not 20 latencies one after another
+    assert fresh.stats()["most_waiting"] > 1  # they overlapped: not 20 latencies one after another
 
 
 def test_503_is_retried_until_the_faults_are_used_up(fresh, shared):

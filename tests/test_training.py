@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import deadline, s3_endpoint
 
-from im2rec import RecordDataset, RecordSampler
+from im2rec import RecordDataset, RecordSampler, storage
 from im2rec.cache import BlockCache
 from im2rec.cli import main
 from im2rec.errors import StorageError
@@ -26,6 +26,9 @@ from im2rec.proxy import LatencyProxy
 
 s3fs = pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'im2rec[s3]')")
 pytest.importorskip("moto.server", reason="moto is not installed (pip install 'im2rec[test]')")
+# one pytest-xdist process for the module: its store (a pack, a moto server, an upload) is set up once,
+# beside the other DataLoader tests (which share one torch import)
+pytestmark = pytest.mark.xdist_group("torch")
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +212,8 @@ def test_cache_shared_by_racing_processes_stays_under_its_limit(store, tmp_path)
     assert BlockCache(str(cache), limit).usage() <= limit
 
 
-def test_transient_faults_are_retried_and_counted(store):
+def test_transient_faults_are_retried_and_counted(store, monkeypatch):
+    monkeypatch.setattr(storage, "RETRY_DELAY", 0.01)  # the backoff's first wait (0.2 s)
     rec, proxy = store
     local = RecordDataset(rec, mode="raw")
     for kind in ("503", "500", "reset"):
@@ -232,7 +236,8 @@ def test_a_stalled_store_times_out_and_is_retried(store):
     assert ds.read_stats()["retried"] == 1 and time.perf_counter() - t >= 1
 
 
-def test_a_record_that_stays_unreadable_names_the_url_and_key(store):
+def test_a_record_that_stays_unreadable_names_the_url_and_key(store, monkeypatch):
+    monkeypatch.setattr(storage, "RETRY_DELAY", 0.01)
     _, proxy = store
     ds = RecordDataset(URL, mode="raw", storage_options=options(proxy), retries=2)
     proxy.fail(3, "500", match="/train/data.rec")
