@@ -283,11 +283,13 @@ class RecordDataset:
         """``[self[i] for i in items]``, the DataLoader's batched read: from a store, every
         record of the batch is fetched at once (see ``_prefetch``) before any is decoded, and
         under a ``RecordSampler`` the next batch's blocks are fetched meanwhile."""
-        if self.remote:
-            self._prefetch(items)
-            if self.sampler is not None and self._whole_blocks():
-                self._read_ahead(np.asarray(items, dtype=np.int64))
-        return [self[i] for i in items]
+        if not self.remote:
+            return [self[i] for i in items]
+        items = [self._index(i) for i in items]
+        self._prefetch(items)
+        if self.sampler is not None and self._whole_blocks():
+            self._read_ahead(np.asarray(items, dtype=np.int64))
+        return [self._item(i) for i in items]  # held now: no per-item block lookup
 
     def read_stats(self) -> dict[str, int]:
         """This process's reads from the store: ``requests`` (retries included), ``retried``,
@@ -327,14 +329,22 @@ class RecordDataset:
         return unpack(reader.head_at(int(self._offsets[i]), IRHEADER_SIZE + 4 * flag))[0]
 
     def __getitem__(self, i: int) -> tuple[Any, Any]:
+        i = self._index(i)
+        if self.remote and self._whole_blocks():
+            self._prefetch([i], wait=False)  # its block, not a read-ahead's fetch (so not waiting for one)
+        return self._item(i)
+
+    def _index(self, i: int) -> int:
         if i < 0:
             i += len(self)
         if not 0 <= i < len(self):
             raise IndexError(f"index {i} out of range for a dataset of {len(self)} records")
+        return i
+
+    def _item(self, i: int) -> tuple[Any, Any]:
+        """Item ``i`` (a valid index) from what is mapped or already held."""
         reader = self.readers[int(self._shards[i])]
         offset = int(self._offsets[i])
-        if reader.remote and self._whole_blocks():
-            self._prefetch([i], wait=False)  # (in a batch, __getitems__ fetched it: no waiting on the read-ahead)
         try:
             payload = reader.view_at(offset)  # no copy: a view of the map, dropped on return
         except StorageError as e:

@@ -153,15 +153,6 @@ class RecordSampler:
             self._blocks[block_size] = _block_starts(self.dataset, block_size)
         return self._blocks[block_size]
 
-    def global_order(self, epoch: int | None = None, num_replicas: int | None = None) -> np.ndarray:
-        """Every position of an epoch's order (padding included) as dealt over
-        ``num_replicas`` ranks: rank ``r`` reads positions ``r, r + num_replicas, ...``.
-        By default, the order of the current (or last) iteration."""
-        epoch = self.epoch if epoch is None else epoch
-        replicas = self._plan_replicas if num_replicas is None else num_replicas
-        order = self._plan_order if num_replicas is None else self.order
-        return self._pieces(epoch, replicas, order).T.reshape(-1)
-
     def _pieces(self, epoch: int, replicas: int, order: _Order) -> np.ndarray:
         """``(replicas, per_rank)``: each rank's indices for the epoch, in reading order."""
         records = self._records(epoch, replicas, order)

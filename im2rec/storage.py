@@ -269,6 +269,34 @@ def _permanent(e: BaseException) -> bool:
     return isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError))
 
 
+K = TypeVar("K")
+
+
+def _with_retries(todo: list[K], attempt: Callable[[list[K]], list[Any]], retries: int, retried: Callable[[int], None]) -> dict[K, Any]:
+    """``{item: what attempt gave}`` (bytes, or the exception) for each of ``todo``.
+
+    ``attempt(items)`` fetches several at once and gives a result or an exception for each
+    (or raises, for all). What failed, but for a missing object or denied access, is tried
+    again, up to ``retries`` times, after ``RETRY_DELAY`` seconds, doubled each time;
+    ``retried(n)`` counts the n items of each new try.
+    """
+    results: dict[K, Any] = {}
+    delay = RETRY_DELAY
+    for round_ in range(retries + 1):
+        try:
+            got = attempt(todo)
+        except Exception as e:
+            got = [e] * len(todo)
+        results.update(zip(todo, got))
+        todo = [k for k in todo if isinstance(results[k], BaseException) and not _permanent(results[k])]
+        if not todo or round_ == retries:
+            break
+        retried(len(todo))
+        time.sleep(delay)
+        delay *= 2
+    return results
+
+
 #: Bytes of fetched images that ``pack`` holds ahead of its encoders, at most (plus one batch
 #: being fetched): the read-ahead window of a pack from a store.
 FETCH_AHEAD = 32 << 20
@@ -315,23 +343,17 @@ def fetch_in_order(
     def fetch(urls: list[str]) -> list[bytes | StorageError]:
         fs, _ = fs_for(urls[0])
         paths = [object_path(u) for u in urls]
-        results: dict[str, Any] = {}
-        todo = list(dict.fromkeys(paths))
-        delay = RETRY_DELAY
-        for attempt in range(RETRIES + 1):
-            try:
-                got = fs.cat(todo, on_error="return") if len(todo) > 1 else {todo[0]: fs.cat_file(todo[0])}
-            except Exception as e:
-                got = {p: e for p in todo}
-            results.update(got)
-            todo = [p for p in todo if isinstance(results.get(p), BaseException) and not _permanent(results[p])]
-            if not todo or attempt == RETRIES:
-                break
-            stats.retried += len(todo)
-            time.sleep(delay)
-            delay *= 2
+
+        def attempt(todo: list[str]) -> list[Any]:
+            got = fs.cat(todo, on_error="return") if len(todo) > 1 else {todo[0]: fs.cat_file(todo[0])}
+            return [got.get(p) for p in todo]
+
+        def count(n: int) -> None:
+            stats.retried += n
+
+        results = _with_retries(list(dict.fromkeys(paths)), attempt, RETRIES, count)
         return [
-            _translate(url, results[p]) if isinstance(results.get(p), BaseException) else results[p]
+            _translate(url, results[p]) if isinstance(results[p], BaseException) else results[p]
             for url, p in zip(urls, paths)
         ]
 
@@ -783,28 +805,22 @@ class RemoteSource:
 
     def _fetch_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         fs, path = self._filesystem()
-        results: dict[tuple[int, int], Any] = {}
-        todo = list(ranges)
-        delay = RETRY_DELAY
-        for attempt in range(self.retries + 1):
+
+        def attempt(todo: list[tuple[int, int]]) -> list[Any]:
             self.requests += len(todo)
-            try:
-                if len(todo) == 1:
-                    got: list[Any] = [fs.cat_file(path, start=todo[0][0], end=todo[0][1])]
-                else:
-                    got = fs.cat_ranges([path] * len(todo), [a for a, _ in todo], [b for _, b in todo], on_error="return")
-            except Exception as e:
-                got = [e] * len(todo)
-            for r, data in zip(todo, got):
-                if isinstance(data, bytes) and len(data) != r[1] - r[0]:
-                    data = StorageError(f"{self.url}: asked for bytes {r[0]}-{r[1]}, the store sent {len(data)}")
-                results[r] = data
-            todo = [r for r in todo if isinstance(results[r], BaseException) and not _permanent(results[r])]
-            if not todo or attempt == self.retries:
-                break
-            self.retried += len(todo)
-            time.sleep(delay)
-            delay *= 2
+            if len(todo) == 1:
+                got: list[Any] = [fs.cat_file(path, start=todo[0][0], end=todo[0][1])]
+            else:
+                got = fs.cat_ranges([path] * len(todo), [a for a, _ in todo], [b for _, b in todo], on_error="return")
+            return [
+                StorageError(f"{self.url}: asked for bytes {a}-{b}, the store sent {len(data)}") if isinstance(data, bytes) and len(data) != b - a else data
+                for (a, b), data in zip(todo, got)
+            ]
+
+        def count(n: int) -> None:
+            self.retried += n
+
+        results = _with_retries(list(ranges), attempt, self.retries, count)
         for r in ranges:
             failure = results[r]
             if isinstance(failure, BaseException):
