@@ -45,7 +45,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -59,14 +59,18 @@ from .pool import OrderedPool
 from .shards import ShardedWriter, existing_shard_outputs, layout_path, manifest_path, part_path
 
 __all__ = [
+    "Checked",
+    "ListSource",
     "PackOptions",
     "PackSummary",
     "Progress",
     "Result",
+    "Source",
     "Task",
     "check_list",
     "encode_record",
     "pack",
+    "pack_source",
     "summary_line",
     "transparency_clause",
     "transparency_warning",
@@ -177,7 +181,9 @@ class Task(NamedTuple):
     label: float | tuple[float, ...]
     path: str  # as written in the .lst
     file: str  # root joined with path
-    data: bytes | tuple[str, str] | None = None  # fetched bytes (a URL ROOT), or (kind, reason) of a failed fetch
+    data: bytes | tuple[str, str] | None = None  # fetched bytes (a URL ROOT, an import's sample), or (kind, reason) of a failure before encoding
+    id: int | None = None  # the IRHeader's id; None: ``index`` (im2rec.py's)
+    id2: int = 0
 
 
 class Result(NamedTuple):
@@ -387,7 +393,7 @@ def encode_record(task: Task, opts: ImageOptions) -> Result:
         if isinstance(task.data, tuple):  # the fetch from a URL ROOT failed
             return Result(task, None, task.data[0], task.data[1])
         out = transform_image(task.data if task.data is not None else _read_file(task.file), opts, task.index)
-        payload = recordio.pack(recordio.IRHeader(0, task.label, task.index, 0), out.data)
+        payload = recordio.pack(recordio.IRHeader(0, task.label, task.index if task.id is None else task.id, task.id2), out.data)
         if len(payload) > recordio.MAX_RECORD_SIZE:
             return Result(task, None, "too-large", f"record of {len(payload):,} bytes is above RecordIO's 2**29-byte limit")
         return Result(task, recordio.frame(payload), transparent=out.transparent)
@@ -656,28 +662,29 @@ def _destination(out_rec: str, opts: PackOptions) -> _Destination:
     return _Files(out_rec, opts)
 
 
-def _resumed_from(lst: str, start: int, stop: int, last_key: int | None, failed: list[tuple[int, str]]) -> tuple[int, list[str]]:
-    """Where an interrupted run stopped: the list position after its last record, and the
-    failures it listed before it (later ones will be tried again)."""
+def _resumed_from(indices: Iterable[int], start: int, last_key: int | None, failed: list[tuple[int, str]]) -> tuple[int, list[str]]:
+    """Where an interrupted run stopped: the position after its last record (``indices``: the
+    source's indices from position ``start``), and the failures it listed before it (later
+    ones will be tried again)."""
     if last_key is None:
         return start, []
     failed_indices = {index for index, _ in failed}
     done: set[int] = set()
-    for seq, (_, entry) in enumerate(iter_lst(lst, start, stop), start):  # this part's entries only
-        if entry.index in failed_indices:
-            done.add(entry.index)
-        if entry.index == last_key:
-            return seq + 1, [line for index, line in failed if index in done]
+    for seq, index in enumerate(indices, start):  # this part's entries only
+        if index in failed_indices:
+            done.add(index)
+        if index == last_key:
+            return seq + 1, [line for i, line in failed if i in done]
     return start, []
 
 
-def _open_files(files: PackFiles, resuming: bool, failures: FailureList, lst: str, start: int, stop: int, summary: PackSummary, fingerprint: dict) -> int:
-    """Open pack's single output, fresh or resumed; returns the list position to go on from."""
-    resumed = files.open(fingerprint, resuming)
+def _open_files(files: PackFiles, resuming: bool, failures: FailureList, source: Source, checked: Checked, summary: PackSummary) -> int:
+    """Open pack's single output, fresh or resumed; returns the source position to go on from."""
+    resumed = files.open(checked.fingerprint, resuming)
     if not resuming or resumed.last_key is None:
         failures.start()
-        return start
-    first, kept = _resumed_from(lst, start, stop, resumed.last_key, failures.previous())
+        return checked.start
+    first, kept = _resumed_from(source.indices(checked.start, checked.stop), checked.start, resumed.last_key, failures.previous())
     summary.packed = summary.resumed_packed = resumed.records
     summary.resumed_from = first
     for line in kept:
@@ -686,8 +693,8 @@ def _open_files(files: PackFiles, resuming: bool, failures: FailureList, lst: st
     return first
 
 
-def _run(lst: str, root: str, dest: _Destination, opts: PackOptions, progress: Progress, summary: PackSummary, fingerprint: dict, start: int, stop: int) -> None:
-    """Stages 2 and 3: encode the list's images and write them, through one loop, into the
+def _run(source: Source, checked: Checked, dest: _Destination, opts: PackOptions, progress: Progress, summary: PackSummary) -> None:
+    """Stages 2 and 3: encode the source's images and write them, through one loop, into the
     destination's sink: pack's resumable single file, or size-limited shards."""
     out = dest.loop
     sink: RecordSink
@@ -695,21 +702,18 @@ def _run(lst: str, root: str, dest: _Destination, opts: PackOptions, progress: P
         dest.prepare()
         sink = shards = ShardedWriter(out.rec, opts.shard_size)
     else:
-        resuming = PackFiles.claim(out, fingerprint, opts.overwrite, opts.resume)
+        resuming = PackFiles.claim(out, checked.fingerprint, opts.overwrite, opts.resume)
         sink = files = PackFiles(out, dest.stream_to, opts.storage_options)
     failures = FailureList(out.failed)
     try:
         if opts.shard_size:
             failures.start()
-            first = start
+            first = checked.start
         else:
-            first = _open_files(files, resuming, failures, lst, start, stop, summary, fingerprint)
+            first = _open_files(files, resuming, failures, source, checked, summary)
         with _encoder(opts) as encode:  # before the bar: tqdm's monitor thread would rule out fork
-            progress.start(summary.images, first - start)
-            tasks = iter_tasks(lst, root, opts, first, stop)
-            if storage.is_url(root):
-                tasks = _fetching(tasks, opts, summary)
-            _write(encode(tasks), sink, failures, summary, opts, progress)
+            progress.start(summary.images, first - checked.start)
+            _write(encode(source.tasks(first, checked.stop, summary)), sink, failures, summary, opts, progress)
         summary.bytes = sink.tell()
         sink.commit()
         failures.commit()
@@ -731,6 +735,72 @@ def _run(lst: str, root: str, dest: _Destination, opts: PackOptions, progress: P
 # --------------------------------------------------------------------------- the pipeline
 
 
+class Checked(NamedTuple):
+    """What stage 1 found: the positions ``[start, stop)`` to pack (``stop`` None: to the end of a
+    source whose length is not known), and the fingerprint a resumed run must share."""
+
+    start: int
+    stop: int | None
+    fingerprint: dict
+
+
+class Source(Protocol):
+    """What ``pack_source`` packs: a ``.lst`` and its ROOT (``ListSource``), or the samples of
+    another format (``exchange``). ``name`` and ``root`` are what the summary shows."""
+
+    name: str
+    root: str
+
+    def checked(self, opts: PackOptions) -> contextlib.AbstractContextManager[Checked]:
+        """Stage 1, before any image: check the whole source; the source stays open in the ``with``."""
+        ...
+
+    def tasks(self, start: int, stop: int | None, summary: PackSummary) -> Iterator[Task]:
+        """The Tasks at positions ``[start, stop)``, in order, their ``data`` fetched where it is remote."""
+        ...
+
+    def indices(self, start: int, stop: int | None) -> Iterator[int]:
+        """The ``Task.index`` of the positions ``[start, stop)`` (what ``--resume`` looks for)."""
+        ...
+
+
+class ListSource:
+    """A ``.lst`` and the folder (or URL prefix) its paths are relative to."""
+
+    def __init__(self, lst: str, root: str, opts: PackOptions):
+        self.name, self.root, self.opts = lst, root, opts
+        self._path = lst  # the local copy of a URL list, while checked() is open
+
+    @contextmanager
+    def checked(self, opts: PackOptions) -> Iterator[Checked]:
+        lst, root = self.name, self.root
+        with storage.StagedInput(lst, (), opts.storage_options) as listed:  # a URL list, read here many times
+            try:
+                check = check_list(listed.path, opts)
+                start, stop = opts.part_slice(check.lines)
+                check_root(listed.path, root, opts, start, stop)
+            except (ListFormatError, PackError) as e:  # named by the list's URL, not its local copy
+                raise (ListFormatError if isinstance(e, ListFormatError) else PackError)(listed.shown(str(e))) from None
+            if check.extra_labels:
+                log.warning(
+                    "%s: %d line(s) have more than one label; only the first is packed (use --pack-label or --label-width N to keep them all)",
+                    lst,
+                    check.extra_labels,
+                )
+            self._path = listed.path
+            try:
+                yield Checked(start, stop, _fingerprint(lst, listed.path, root, opts))
+            finally:
+                self._path = lst
+
+    def tasks(self, start: int, stop: int | None, summary: PackSummary) -> Iterator[Task]:
+        tasks = iter_tasks(self._path, self.root, self.opts, start, stop)
+        return _fetching(tasks, self.opts, summary) if storage.is_url(self.root) else tasks
+
+    def indices(self, start: int, stop: int | None) -> Iterator[int]:
+        return (entry.index for _, entry in iter_lst(self._path, start, stop))
+
+
 def pack(
     lst: str,
     root: str,
@@ -740,10 +810,10 @@ def pack(
 ) -> PackSummary:
     """Pack the images of a ``.lst`` into ``OUT.rec`` and ``OUT.idx``.
 
-    One pipeline, top to bottom: where the records go (``_destination``: local files,
-    laid out as insightface's, sent to a store), the list checked (stage 1), its images
-    encoded (stage 2) and written in order (stage 3) by one loop, then the destination
-    finished (laid out, uploaded).
+    One pipeline, top to bottom (``pack_source``): where the records go (``_destination``:
+    local files, laid out as insightface's, sent to a store), the list checked (stage 1),
+    its images encoded (stage 2) and written in order (stage 3) by one loop, then the
+    destination finished (laid out, uploaded).
 
     Args:
         lst: the ``.lst`` file (or its URL).
@@ -766,36 +836,31 @@ def pack(
     opts = options or PackOptions()
     if opts.num_parts > 1 and opts.part_index is None:
         raise OptionError("--num-parts needs --part-index (one part) or --dask (all parts, then a merge)")
-    progress = progress or Progress()
-    started = time.perf_counter()
-    out_rec = out_rec or recordio.sibling(lst, "rec")
     if not storage.is_url(root) and not os.path.isdir(root):
         raise PackError(f"{root}: no such folder")
+    return pack_source(ListSource(lst, root, opts), out_rec or recordio.sibling(lst, "rec"), opts, progress)
+
+
+def pack_source(source: Source, out_rec: str, opts: PackOptions, progress: Progress | None = None) -> PackSummary:
+    """The pipeline of ``pack`` for any ``Source``: the destination, stage 1 (``source.checked``),
+    stages 2 and 3 (``_run``), the destination finished. See ``pack``."""
+    progress = progress or Progress()
+    started = time.perf_counter()
     dest = _destination(out_rec, opts)
-    summary = PackSummary(lst, root, dest.final, alpha_background=opts.image.alpha_background)
+    summary = PackSummary(source.name, source.root, dest.final, alpha_background=opts.image.alpha_background)
     if dest.complete():
         summary.already_complete = summary.complete = True  # an earlier run finished: nothing to do
         return summary
     dest.refuse()
-    with storage.StagedInput(lst, (), opts.storage_options) as listed:  # a URL list, read here many times
-        try:
-            check = check_list(listed.path, opts)
-            start, stop = opts.part_slice(check.lines)
-            check_root(listed.path, root, opts, start, stop)
-        except (ListFormatError, PackError) as e:  # named by the list's URL, not its local copy
-            raise (ListFormatError if isinstance(e, ListFormatError) else PackError)(listed.shown(str(e))) from None
-        summary.images = stop - start
-        if check.extra_labels:
-            log.warning(
-                "%s: %d line(s) have more than one label; only the first is packed (use --pack-label or --label-width N to keep them all)",
-                lst,
-                check.extra_labels,
-            )
+    with source.checked(opts) as checked:
+        summary.images = checked.stop - checked.start if checked.stop is not None else 0
         make_output_folder(dest.loop.rec)
         if dest.written():
             summary.already_complete = True  # the records were written by an earlier run; what follows them was not
         else:
-            _run(listed.path, root, dest, opts, progress, summary, _fingerprint(lst, listed.path, root, opts), start, stop)
+            _run(source, checked, dest, opts, progress, summary)
+    if checked.stop is None:  # a source of unknown length: as many as were read
+        summary.images = summary.packed + summary.failed
     dest.finish(summary)
     _warn(summary)
     summary.complete = True

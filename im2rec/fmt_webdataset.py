@@ -1,0 +1,393 @@
+"""WebDataset shards: POSIX tar files of samples, one file per field, grouped by key.
+
+A sample ``KEY`` is the consecutive members ``KEY.cls``, ``KEY.EXT``, ``KEY.json`` (in
+that order: sorted by extension, as webdataset's ``TarWriter`` writes a sample's fields):
+
+* ``KEY.EXT``: the image bytes as stored, ``EXT`` from the payload's real format (``jpg``, ``png``...);
+* ``KEY.cls``: the class as decimal text, when the label is one integer;
+* ``KEY.json``: ``{"label": [...], "id": ..., "id2": ..., "class": ..., "identity": ...}``
+  (every label, the IRHeader's ids, a class name where one is known; see ``bridges.Sample``).
+
+Every member header is a ustar header (512 bytes)::
+
+    0 name[100]  100 mode[8] "0000444"  108 uid[8] 0  116 gid[8] 0  124 size[12] octal
+    136 mtime[12] 0  148 chksum[8]  156 typeflag "0"  157 linkname[100]
+    257 magic "ustar\\0"  263 version "00"  265 uname[32] ""  297 gname[32] ""
+    329 devmajor[8]  337 devminor[8]  345 prefix[155]  500 pad[12]
+
+followed by the data, zero-padded to 512 bytes. mtime, owner and mode are fixed, so the
+same records give the same bytes. A shard ends with two zero blocks, and is cut when the
+next sample would take it past the shard size (a sample bigger than that gets a shard of
+its own). Shards are ``NAME-000000.tar``, ``NAME-000001.tar``...
+
+The reader parses tar headers itself (ustar, GNU long names, pax ``path`` and ``size``
+records), streaming each shard from disk or a store without a temporary file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from typing import IO, Any
+
+from . import storage
+from .bridges import META_NAME, DatasetMeta, OnShard, Sample, extension_of
+from .errors import Im2recError
+
+__all__ = ["Reader", "Writer", "shard_name"]
+
+BLOCK = 512
+_END = bytes(2 * BLOCK)  # the end-of-archive marker
+_IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff", "ppm", "pgm", "pnm", "jp2", "avif", "img", "image")
+_LABEL_EXTS = ("cls", "cls2", "class", "label", "index")
+_KEY_RE = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")  # webdataset's base_plus_ext: KEY, then everything after its first dot
+
+
+def _template() -> tuple[bytearray, int]:
+    h = bytearray(BLOCK)
+    h[100:108] = b"0000444\0"
+    h[108:116] = b"0000000\0"
+    h[116:124] = b"0000000\0"
+    h[136:148] = b"00000000000\0"
+    h[148:156] = b" " * 8  # the checksum field counts as spaces while summing
+    h[156:157] = b"0"
+    h[257:265] = b"ustar\x0000"
+    h[329:337] = b"0000000\0"
+    h[337:345] = b"0000000\0"
+    return h, sum(h)
+
+
+_TEMPLATE, _TEMPLATE_SUM = _template()
+
+
+def member_header(name: bytes, size: int) -> bytes:
+    """The 512-byte ustar header of a regular file ``name`` (at most 100 bytes) of ``size`` bytes."""
+    if len(name) > 100:
+        raise ValueError(f"tar member name longer than 100 bytes: {name[:40]!r}...")
+    field = b"%011o\0" % size
+    h = bytearray(_TEMPLATE)
+    h[0 : len(name)] = name
+    h[124:136] = field
+    h[148:156] = b"%06o\0 " % (_TEMPLATE_SUM + sum(name) + sum(field) - 12 * 0)
+    return bytes(h)
+
+
+def _padding(n: int) -> bytes:
+    return bytes(-n % BLOCK)
+
+
+def shard_name(name: str, index: int) -> str:
+    return f"{name}-{index:06d}.tar"
+
+
+class Writer:
+    """Writes samples as ``NAME-000000.tar``... in ``folder`` (see the module)."""
+
+    def __init__(self, folder: str, name: str, shard_size: int, meta: DatasetMeta, on_shard: OnShard):
+        self.folder, self.name, self.shard_size, self.meta, self.on_shard = folder, name, shard_size, meta, on_shard
+        self._file: IO[bytes] | None = None
+        self._path = ""
+        self._size = 0
+        self._pieces: list[Any] = []
+        self._pending = 0
+        self.samples = 0
+
+    def _open(self) -> None:
+        self._path = os.path.join(self.folder, shard_name(self.name, len(self.meta.shards)))
+        self.meta.shards.append(os.path.basename(self._path))
+        self._file = open(self._path, "wb")  # noqa: SIM115 (open across write calls, closed by _finish_shard)
+        self._size = 0
+
+    def _flush(self) -> None:
+        if self._pieces and self._file is not None:
+            self._file.write(b"".join(self._pieces))
+        self._pieces.clear()
+        self._pending = 0
+
+    def _finish_shard(self) -> None:
+        if self._file is None:
+            return
+        self._pieces.append(_END)
+        self._flush()
+        self._file.close()
+        self._file = None
+        self.on_shard(self._path)
+
+    def write(self, sample: Sample) -> None:
+        key = sample.key.encode()
+        cls = sample.cls
+        doc = sample.meta()
+        doc = {"label": list(sample.label), **doc}
+        text = json.dumps(doc, separators=(",", ":")).encode()
+        image = sample.image
+        members: list[tuple[bytes, Any]] = []
+        if cls is not None:
+            members.append((b"cls", str(cls).encode()))
+        members.append((sample.ext.encode(), image))
+        members.append((b"json", text))
+        members.sort(key=lambda m: m[0])
+        size = sum(BLOCK + len(data) + (-len(data) % BLOCK) for _, data in members)
+        if self._file is not None and self._size + size + len(_END) > self.shard_size and self._size:
+            self._finish_shard()
+        if self._file is None:
+            self._open()
+        pieces = self._pieces
+        for ext, data in members:
+            n = len(data)
+            pieces.append(member_header(key + b"." + ext, n))
+            pieces.append(data)
+            if n % BLOCK:
+                pieces.append(_padding(n))
+        self._size += size
+        self._pending += size
+        self.samples += 1
+        if self._pending >= 1 << 22:
+            self._flush()
+
+    def close(self) -> list[str]:
+        self._finish_shard()
+        self.meta.samples = self.samples
+        self.meta.format = "webdataset"
+        meta_path = os.path.join(self.folder, META_NAME)
+        with open(meta_path, "w", encoding="utf-8") as f:
+            f.write(self.meta.to_json())
+        return [meta_path]
+
+    def abort(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _octal(field: bytes, path: str, offset: int) -> int:
+    if field[:1] and field[0] & 0x80:  # GNU base-256, for sizes of 8 GB and more
+        return int.from_bytes(field[1:], "big")
+    text = field.split(b"\0", 1)[0].strip()
+    try:
+        return int(text, 8) if text else 0
+    except ValueError:
+        raise Im2recError(f"{path}: byte {offset}: not a tar header (size field {field!r})") from None
+
+
+def _pax(data: bytes) -> dict[str, str]:
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(data):
+        space = data.index(b" ", i)
+        length = int(data[i:space])
+        key, _, value = data[space + 1 : i + length - 1].partition(b"=")
+        out[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+        i += length
+    return out
+
+
+def members(f: IO[bytes], path: str) -> Iterator[tuple[str, bytes, int]]:
+    """The regular files of a tar stream: ``(name, data, offset of the header)``."""
+    offset = 0
+    long_name: str | None = None
+    pax: dict[str, str] = {}
+    while True:
+        h = f.read(BLOCK)
+        if len(h) < BLOCK:
+            if h:
+                raise Im2recError(f"{path}: byte {offset}: the tar file ends inside a header (truncated)")
+            return
+        if h == bytes(BLOCK):  # end of archive (one zero block is enough to stop)
+            return
+        chk = _octal(h[148:156], path, offset)
+        if chk != sum(h[:148]) + 256 + sum(h[156:]):
+            raise Im2recError(f"{path}: byte {offset}: not a tar header (bad checksum); the file is damaged or not a tar")
+        size = _octal(h[124:136], path, offset)
+        kind = h[156:157]
+        if "size" in pax:
+            size = int(pax["size"])
+        data = f.read(size)
+        if len(data) < size:
+            raise Im2recError(f"{path}: byte {offset}: the member's {size:,} bytes are cut short at byte {offset + BLOCK + len(data)} (truncated)")
+        pad = -size % BLOCK
+        if pad:
+            f.read(pad)
+        here, offset = offset, offset + BLOCK + size + pad
+        if kind == b"x":
+            pax = _pax(data)
+            continue
+        if kind == b"g":
+            continue
+        if kind == b"L":
+            long_name = data.rstrip(b"\0").decode("utf-8", "replace")
+            continue
+        if kind not in (b"0", b"\0", b"7"):
+            pax, long_name = {}, None
+            continue
+        name = h[0:100].split(b"\0", 1)[0].decode("utf-8", "replace")
+        if h[257:262] == b"ustar" and h[345] != 0:
+            name = h[345:500].split(b"\0", 1)[0].decode("utf-8", "replace") + "/" + name
+        name = pax.get("path") or long_name or name
+        pax, long_name = {}, None
+        yield name, data, here
+
+
+def _number(text: bytes | str) -> float | str:
+    s = text.decode("utf-8", "replace").strip() if isinstance(text, bytes) else text.strip()
+    try:
+        return float(s)
+    except ValueError:
+        return s
+
+
+class Reader:
+    """Samples of WebDataset shards: a ``.tar``, a folder (or URL prefix) of them, or a glob.
+
+    A sample's image is its first field with an image extension (``jpg``, ``png``, ...;
+    ``image.jpg`` style compound extensions count by their last part); its label, ``json``'s
+    ``label`` (a number, a list, or a class name) or else ``cls`` (or ``class``, ``label``);
+    ``json``'s ``id``, ``id2``, ``flag``, ``class`` and ``identity`` as ``export`` wrote them.
+    """
+
+    def __init__(self, src: str, storage_options: dict | None = None):
+        self.src = src
+        self.storage_options = storage_options
+        self.shards = self._shards(src)
+        self.meta: DatasetMeta | None = None
+        folder = src if not src.endswith(".tar") and not any(c in src for c in "*?[") else src.rsplit("/", 1)[0]
+        meta_path = storage.join(folder, META_NAME) if storage.is_url(folder) else os.path.join(folder, META_NAME)
+        if storage.there(meta_path, storage_options):
+            self.meta = DatasetMeta.from_json(storage.read_any(meta_path, storage_options))
+
+    def _shards(self, src: str) -> list[str]:
+        if any(c in src.split("://", 1)[-1] for c in "*?["):
+            if storage.is_url(src):
+                return storage.expand([src], self.storage_options)
+            import glob
+
+            found = sorted(glob.glob(src))
+            if not found:
+                raise Im2recError(f"{src}: no file matches")
+            return found
+        if src.endswith(".tar"):
+            if not storage.there(src, self.storage_options):
+                raise Im2recError(storage.missing(src))
+            return [src]
+        if storage.is_url(src):
+            names = storage.list_files(src, recursive=False, storage_options=self.storage_options)
+            shards = [storage.join(src, n) for n in sorted(names) if n.endswith(".tar")]
+        elif os.path.isdir(src):
+            shards = [os.path.join(src, n) for n in sorted(os.listdir(src)) if n.endswith(".tar")]
+        else:
+            raise Im2recError(f"{src}: no such folder or .tar file")
+        if not shards:
+            raise Im2recError(f"{src}: no .tar shard there")
+        return shards
+
+    def count(self) -> int | None:
+        if self.meta is not None and self.meta.format == "webdataset" and len(self.meta.shards) == len(self.shards):
+            return self.meta.samples
+        return None
+
+    def _open(self, shard: str) -> IO[bytes]:
+        if storage.is_url(shard):
+            fs, path = storage.filesystem(shard, self.storage_options)
+            try:
+                return fs.open(path, "rb", block_size=8 << 20)
+            except Exception as e:
+                raise Im2recError(storage.missing(shard) if isinstance(e, FileNotFoundError) else f"{shard}: {e}") from None
+        return open(shard, "rb", buffering=1 << 20)
+
+    def _grouped(self) -> Iterator[tuple[str, str, dict[str, bytes]]]:
+        """``(shard, key, {ext: data})`` for every sample, in order."""
+        for shard in self.shards:
+            with self._open(shard) as f:
+                key: str | None = None
+                fields: dict[str, bytes] = {}
+                for name, data, _ in members(f, shard):
+                    m = _KEY_RE.match(name)
+                    if not m:
+                        continue
+                    k, ext = m.group(1), m.group(2)
+                    if k != key:
+                        if key is not None:
+                            yield shard, key, fields
+                        key, fields = k, {}
+                    fields[ext] = data
+                if key is not None:
+                    yield shard, key, fields
+
+    def class_names(self) -> list[str] | None:
+        names: set[str] = set()
+        for _, _, fields in self._grouped():
+            label = _label_field(fields)
+            if isinstance(label, str):
+                names.add(label)
+            elif label is not None:
+                return None
+        return sorted(names) if names else None
+
+    def samples(self, start: int = 0) -> Iterator[Sample]:
+        for position, (shard, key, fields) in enumerate(self._grouped()):
+            if position < start:
+                continue
+            yield _sample(shard, key, fields)
+
+
+def _label_field(fields: dict[str, bytes]) -> Any:
+    """The label of a sample's fields: a float, a tuple of floats, a class name, or None."""
+    doc = fields.get("json")
+    if doc is not None:
+        try:
+            d = json.loads(doc)
+        except ValueError:
+            d = None
+        if isinstance(d, dict) and "label" in d:
+            label = d["label"]
+            if isinstance(label, list):
+                return tuple(float(x) for x in label)
+            if isinstance(label, (int, float)) and not isinstance(label, bool):
+                return float(label)
+            if isinstance(label, str):
+                return label
+    for ext in _LABEL_EXTS:
+        if ext in fields:
+            return _number(fields[ext])
+    if "txt" in fields and "json" not in fields:
+        return None
+    return None
+
+
+def _sample(shard: str, key: str, fields: dict[str, bytes]) -> Sample:
+    where = f"{os.path.basename(shard) if not storage.is_url(shard) else shard.rsplit('/', 1)[-1]}:{key}"
+    image = None
+    for ext, data in fields.items():
+        if ext.rsplit(".", 1)[-1].lower() in _IMAGE_EXTS:
+            image = data
+            break
+    sample = Sample(key=key.rsplit("/", 1)[-1], image=image or b"", label=(), where=where)
+    if image is None:
+        sample.problem = ("missing", f"no image field (fields: {', '.join(sorted(fields)) or 'none'})")
+        return sample
+    sample.ext = extension_of(image)
+    try:
+        label = _label_field(fields)
+    except (ValueError, TypeError) as e:
+        sample.problem = ("label", f"cannot read its label: {e}")
+        return sample
+    if isinstance(label, str):
+        sample.class_name = label
+    elif isinstance(label, tuple):
+        sample.label = label
+    elif label is not None:
+        sample.label = (label,)
+    else:
+        sample.problem = ("label", f"no label (no json 'label', no {', '.join(_LABEL_EXTS)} field)")
+        return sample
+    doc = fields.get("json")
+    if doc is not None:
+        try:
+            sample.with_meta(json.loads(doc))
+        except ValueError as e:
+            sample.problem = ("label", f"its json cannot be read: {e}")
+    return sample
