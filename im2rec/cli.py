@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from . import __version__, faces, image, inspection, listing, packing, recordio, shards, storage, verification
+from . import __version__, exchange, faces, image, inspection, listing, packing, recordio, shards, storage, verification
 from .console import warnings_on_stderr
 from .errors import Im2recError, OptionError, TooManyFailures
 
@@ -84,12 +84,13 @@ class _Parsed(click.ParamType):
 class _PathOrURL(click.ParamType):
     """A local file (or folder) that exists, or a URL (s3://, gs://, memory://, ...) read through fsspec."""
 
-    def __init__(self, folder: bool = False):
-        self.name = "FOLDER" if folder else "FILE"
-        self._path = click.Path(exists=True, file_okay=not folder, dir_okay=folder)
+    def __init__(self, folder: bool | None = False):
+        """``folder``: True for a folder, False for a file, None for either."""
+        self.name = "PATH" if folder is None else "FOLDER" if folder else "FILE"
+        self._path = click.Path(exists=True, file_okay=folder is not True, dir_okay=folder is not False)
 
     def convert(self, value, param, ctx):
-        if storage.is_url(value):
+        if storage.is_url(value) or any(c in value for c in "*?["):  # a glob of shards: the format's reader expands it
             return value
         return self._path.convert(value, param, ctx)
 
@@ -377,10 +378,16 @@ def pack_command(lst, root, out, image_options, pack_label, label_width, layout,
 
 
 def _pack_and_report(lst, root, out, options, stats, strict, quiet):
+    _report(lambda bar: packing.pack(lst, root, out, options, bar), options, stats, strict, quiet)
+
+
+def _report(run, options, stats, strict, quiet):
+    """Run ``run(bar)`` (a pack, or an import) with a progress bar; print its summary, write
+    ``--stats``; Ctrl-C and SIGTERM keep the finished part for --resume."""
     bar = _Bar(not quiet)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        summary = packing.pack(lst, root, out, options, bar)
+        summary = run(bar)
     except KeyboardInterrupt as e:
         bar.close()
         what = "terminated" if isinstance(e, _Terminated) else "interrupted"
@@ -462,6 +469,134 @@ def merge_command(out, parts, layout, overwrite, quiet, storage_options):
         else:
             what = f"{result.records:,} records"
         click.echo(f"merged {len(result.parts)} parts into {out}{how}: {what}, {result.bytes / 1e6:,.1f} MB")
+
+
+@main.command("export")
+@click.argument("rec", metavar="DATA.rec", type=_PathOrURL())
+@click.argument("out", metavar="OUT", type=_Output(folder=True))
+@click.option("--format", "fmt", type=click.Choice(exchange.FORMATS), required=True, help="webdataset: tar shards; parquet: 🤗 datasets' Parquet; mds: MosaicML streaming; litdata: Lightning's litdata (needs im2rec[litdata]).")
+@click.option("--shard-size", type=_Parsed("SIZE", shards.parse_size), default=None, help="Start a new shard before one would pass SIZE (e.g. 1GB, 64MB) [default: 512MB for webdataset and parquet, 64MB for mds and litdata].")
+@click.option("--overwrite", is_flag=True, help="Replace OUT if it has files.")
+@quiet_option
+@storage_option
+@translate_errors
+def export_command(rec, out, fmt, shard_size, overwrite, quiet, storage_options):
+    """Write the records of DATA.rec as shards of another format in the folder OUT.
+
+    DATA.rec needs its .idx (or give the OUT.shards.json manifest of a sharded
+    pack). Each record becomes one sample: its key, the image bytes as stored
+    (never re-encoded), every label, and the header's id and id2; the class name
+    too where PREFIX.classes.tsv gives one. An insightface set exports its images
+    only, labelled with their identity; its property file goes into
+    OUT/im2rec.json. `im2rec import` gives back the .rec and .idx byte for byte.
+
+    \b
+    Examples:
+      im2rec export train.rec wds/ --format webdataset      # wds/train-000000.tar ...
+      im2rec export train.rec pq/ --format parquet          # datasets.load_dataset("parquet", ...)
+      im2rec export faces_emore/train.rec mds/ --format mds --shard-size 64MB
+      im2rec export s3://b/train.rec s3://b/wds/ --format webdataset
+
+    OUT appears whole (written as OUT.partial, then renamed); a URL OUT gets each
+    shard as it is finished, im2rec.json and the format's index last.
+    """
+    with _usage_errors():
+        bar = _ExportBar(not quiet)
+        try:
+            summary = exchange.export_rec(rec, out, fmt, shard_size, overwrite=overwrite, storage_options=_options(storage_options), progress=bar)
+        finally:
+            bar.close()
+    if not quiet:
+        click.echo(summary.line())
+
+
+class _ExportBar(exchange.ExportProgress):
+    def __init__(self, enabled: bool):
+        self.enabled = enabled and sys.stderr.isatty()
+        self.bar = None
+
+    def start(self, total: int) -> None:
+        if self.enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="rec", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+
+    def update(self, n: int) -> None:
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+@main.command("import")
+@click.argument("src", metavar="SRC", type=_PathOrURL(folder=None))
+@click.argument("out", metavar="OUT.rec", type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(exchange.FORMATS), required=True, help="What SRC holds: webdataset tar shards, parquet files, an mds or a litdata folder.")
+@click.option("--layout", type=click.Choice(["plain", "insightface"]), default=None, help="plain: keys as exported (or 0..N-1); insightface: RecBuilder's face-recognition layout [default: the source's, from its im2rec.json, else plain].")
+@image_options
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Worker processes when image options re-encode [default: every core].")
+@click.option("--strict", is_flag=True, help="Exit with status 1 if any sample failed (the outputs are still written).")
+@click.option("--max-errors", type=click.IntRange(min=0), default=None, help="Stop with status 1 as soon as more than N samples have failed.")
+@click.option("--overwrite", is_flag=True, help="Replace existing outputs (and the files of an interrupted run).")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run of the same command from its last complete record.")
+@click.option("--stats", "stats_path", type=_Output(), default=None, help="Write a JSON audit record: version, options, counts, bytes, timings, sha256 of the outputs.")
+@quiet_option
+@storage_option
+@translate_errors
+def import_command(src, out, fmt, layout, image_options, workers, strict, max_errors, overwrite, resume, stats_path, quiet, storage_options):
+    """Pack the samples of SRC (written by webdataset, 🤗 datasets, MosaicML
+    streaming or litdata, or by `im2rec export`) into OUT.rec and OUT.idx.
+
+    SRC is a folder (or URL prefix) of shards, one shard file, or a glob. Image
+    bytes are stored as they are (pass-through: checked, not decoded) unless an
+    image option (--resize, --quality, --encoding, ...) asks to re-encode them,
+    which runs in pack's worker pool. Labels come from a sample's json/cls (tar),
+    label column (parquet) or label field; string labels become ids in sorted
+    name order, written to OUT.classes.tsv. Samples that cannot be packed are
+    listed in OUT.failed.tsv and the run goes on; outputs appear only when
+    complete, and --resume continues an interrupted run.
+
+    \b
+    Examples:
+      im2rec import wds/ train.rec --format webdataset
+      im2rec import "hf/data/train-*.parquet" train.rec --format parquet --resize 256
+      im2rec import mds/ faces/train.rec --format mds --layout insightface
+      im2rec import s3://b/wds/ s3://b/train.rec --format webdataset
+
+    Exit status: 0 on success, 1 when nothing could be packed or with --strict
+    when a sample failed, 2 for usage errors; 130/143 when interrupted.
+    """
+    if image_options == image.ImageOptions():
+        image_options = image.ImageOptions(pass_through=True)
+    if layout is None:
+        layout = "plain"
+        with contextlib.suppress(Im2recError):
+            meta = exchange.reader_for(fmt, src, _options(storage_options)).meta
+            layout = meta.layout if meta is not None else "plain"
+    with _usage_errors():
+        options = packing.PackOptions(
+            image=image_options,
+            workers=workers or packing.default_workers(),
+            overwrite=overwrite,
+            resume=resume,
+            max_errors=max_errors,
+            layout=layout,
+            storage_options=_options(storage_options),
+        )
+        stats = storage.StagedOutput(stats_path, options.storage_options, overwrite=True) if stats_path else None
+        written: list = []
+
+        def run(bar):
+            summary, classes = exchange.import_samples(src, out, fmt, options, bar)
+            written.append(classes)
+            return summary
+
+        _report(run, options, stats, strict, quiet)
+    if written and written[0] and not quiet:
+        click.echo(f"class names: {written[0]}")
 
 
 @main.command("convert")

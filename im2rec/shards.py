@@ -434,17 +434,20 @@ def existing_shard_outputs(out_rec: str) -> list[str]:
     return found
 
 
-def read_manifest(path: str) -> list[str]:
-    """The ``.rec`` shards listed in a manifest, as paths.
+def read_manifest(path: str, storage_options: dict | None = None) -> list[str]:
+    """The ``.rec`` shards listed in a manifest (a path or a URL), as paths (or URLs).
 
     Raises:
         Im2recError: the manifest cannot be read or names no shard.
     """
     try:
-        with open(path, encoding="utf-8") as f:
-            manifest = json.load(f)
-        folder = os.path.dirname(os.path.abspath(path))
-        recs = [os.path.join(folder, s["rec"]) for s in manifest["shards"]]
+        manifest = json.loads(storage.read_any(path, storage_options))
+        if storage.is_url(path):
+            folder = path.rsplit("/", 1)[0]
+            recs = [storage.join(folder, s["rec"]) for s in manifest["shards"]]
+        else:
+            folder = os.path.dirname(os.path.abspath(path))
+            recs = [os.path.join(folder, s["rec"]) for s in manifest["shards"]]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise Im2recError(f"{path}: not a shard manifest ({e})") from None
     if not recs:

@@ -1,0 +1,389 @@
+"""``im2rec export`` and ``im2rec import``: RecordIO to and from WebDataset, Parquet, MDS and litdata.
+
+``export_rec`` streams the records of a ``.rec`` (or its shards) once, in ``.idx`` order,
+into a format's ``Writer`` (``fmt_webdataset``, ``fmt_parquet``, ``fmt_mds``, ``fmt_litdata``):
+the payload bytes are copied, never decoded. An insightface set exports its images only
+(its header and identity records are rebuilt by an import), each labelled with its identity;
+its ``property`` goes into ``im2rec.json``. Local outputs grow in ``OUT.partial/`` and are
+renamed into place whole; a URL output's shards are uploaded as each is finished (so the
+local disk holds one shard at a time), ``im2rec.json`` and the format's index last.
+
+``import_samples`` is a ``pack`` from another source: a ``SampleSource`` (a ``packing.Source``)
+turns a format ``Reader``'s samples into pack's Tasks, and ``packing.pack_source`` runs the
+one pipeline (stage 2 in-process for the default pass-through, or in pack's worker pool
+when image options re-encode; failures to ``OUT.failed.tsv``; ``--resume``; a URL output;
+the insightface layout). Samples that ``export`` wrote carry their key, ids and flag, so
+the ``.rec`` and ``.idx`` come back byte for byte.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import posixpath
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import recordio, storage
+from .bridges import FORMATS, DatasetMeta, Sample, default_flag, extension_of
+from .errors import Im2recError, OptionError, OutputExistsError
+from .fsutil import atomic_open, make_parents
+from .packing import Checked, PackOptions, PackSummary, Progress, Task, pack_source
+from .recordio import IRHEADER_SIZE, RecordReader, idx_path_of, insightface_header, read_headers, unpack
+
+__all__ = ["DEFAULT_SHARD_SIZE", "ExportProgress", "ExportSummary", "SampleSource", "export_rec", "import_samples", "reader_for"]
+
+#: Shard sizes by format: MDS and litdata readers load a shard whole (their writers' 64 MB);
+#: WebDataset and Parquet are streamed (🤗 datasets' Parquet files are about 500 MB).
+DEFAULT_SHARD_SIZE = {"webdataset": 512 << 20, "parquet": 512 << 20, "mds": 64 << 20, "litdata": 64 << 20}
+_CHUNK = 8192  # records whose headers are read at once
+_FETCH = 8 << 20  # a URL input is fetched in ranges of this size, several at once
+
+
+def _module(fmt: str) -> Any:
+    if fmt not in FORMATS:
+        raise OptionError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}", "--format")
+    return importlib.import_module(f".fmt_{fmt}", __package__)
+
+
+def reader_for(fmt: str, src: str, storage_options: dict | None = None) -> Any:
+    """The format's ``Reader`` of ``src`` (a folder, a shard file, a glob; local or a URL)."""
+    return _module(fmt).Reader(src, storage_options)
+
+
+# --------------------------------------------------------------------------- export
+
+
+@dataclass
+class ExportSummary:
+    """What ``export_rec`` wrote."""
+
+    source: str
+    out: str
+    format: str
+    layout: str = "plain"
+    samples: int = 0
+    skipped: int = 0  # insightface header and identity records, not exported
+    bytes: int = 0  # payload bytes exported
+    shards: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        rate = self.samples / self.seconds if self.seconds else 0.0
+        face = f" (insightface set: images only, {self.skipped:,} header and identity records left out)" if self.layout == "insightface" else ""
+        return (
+            f"exported {self.samples:,} records{face} to {self.out} as {self.format}: {len(self.shards):,} shard{'s' if len(self.shards) != 1 else ''}, "
+            f"{self.bytes / 1e6:,.1f} MB of images in {self.seconds:.1f} s ({rate:,.0f} records/s)"
+        )
+
+
+class ExportProgress:
+    """Told how many records an export will write, then of every batch written. The default does nothing."""
+
+    def start(self, total: int) -> None:
+        pass
+
+    def update(self, n: int) -> None:
+        pass
+
+
+def _inputs(src: str, storage_options: dict | None) -> list[str]:
+    """The ``.rec`` files of ``src``: itself, or the shards its manifest (``.json``) lists."""
+    if not src.endswith(".json"):
+        return [src]
+    from .shards import read_manifest
+
+    return read_manifest(src, storage_options)
+
+
+def _classes(src: str, storage_options: dict | None) -> dict[int, str]:
+    from .sheet import find_classes, read_classes
+
+    found = find_classes(src, storage_options)
+    if found is None:
+        return {}
+    return {int(k): v for k, v in read_classes(found, storage_options).items() if float(k).is_integer()}
+
+
+def _records(reader: RecordReader, classes: dict[int, str], face: tuple[int, int] | None) -> Iterator[Sample]:
+    """The records of ``reader`` as Samples, in ``.idx`` order (an insightface set: its images only)."""
+    index = reader.require_index()
+    keys = np.asarray(index.key_list)
+    offsets = np.asarray(index.offsets, dtype=np.int64)
+    if face is not None:  # images are keys 1..first-1
+        mine = (keys >= 1) & (keys < face[0])
+        keys, offsets = keys[mine], offsets[mine]
+    local = not reader.remote
+    for c in range(0, len(offsets), _CHUNK):
+        offs = offsets[c : c + _CHUNK]
+        ks = keys[c : c + _CHUNK].tolist()
+        if local:
+            heads = read_headers(reader, offs)
+            buf = reader.buffer()
+            single = heads.single.tolist()
+            starts = (offs + 8).tolist()
+            bodies = heads.body.tolist()
+            lengths = heads.length.tolist()
+            labels0 = heads.label.tolist()
+            ids = heads.id.tolist()
+            id2s = heads.id2.tolist()
+            for i, key in enumerate(ks):
+                if not single[i]:
+                    yield _sample(key, *unpack(reader.read_at(int(offs[i]))[0]), classes, face)
+                    continue
+                s, body = starts[i], bodies[i]
+                flag = (body - IRHEADER_SIZE) // 4
+                if flag:
+                    label = tuple(np.frombuffer(buf, np.float32, flag, s + IRHEADER_SIZE).tolist())
+                else:
+                    label = (labels0[i],)
+                image = buf[s + body : s + lengths[i]]
+                yield _make(key, image, label, ids[i], id2s[i], flag, classes, face)
+        else:
+            ends = reader.record_ends(offs)
+            lo, hi = int(offs.min()), int(ends.max())
+            reader.prefetch((a, min(a + _FETCH, hi)) for a in range(lo, hi, _FETCH))
+            for i, key in enumerate(ks):
+                yield _sample(key, *unpack(reader.read_at(int(offs[i]))[0]), classes, face)
+
+
+def _sample(key: Any, header: recordio.IRHeader, image: bytes, classes: dict[int, str], face: tuple[int, int] | None) -> Sample:
+    label = tuple(np.asarray(header.label, np.float32).tolist()) if header.flag else (header.label,)
+    return _make(key, image, label, header.id, header.id2, header.flag, classes, face)
+
+
+def _make(key: Any, image: Any, label: tuple[float, ...], id_: int, id2: int, flag: int, classes: dict[int, str], face: tuple[int, int] | None) -> Sample:
+    sample = Sample(str(key), image, label, id_, id2, flag, ext=extension_of(image))
+    cls = sample.cls
+    if cls is not None:
+        if face is not None:
+            sample.identity = cls
+        elif classes:
+            sample.class_name = classes.get(cls)
+    return sample
+
+
+class _Out:
+    """Where an export's files go: ``OUT.partial/`` renamed to ``OUT`` at the end, or, for a URL,
+    a staging folder whose shards are uploaded (and deleted) as each is finished."""
+
+    def __init__(self, out: str, overwrite: bool, storage_options: dict | None):
+        self.out, self.overwrite, self.options = out.rstrip("/"), overwrite, storage_options
+        self.remote = storage.is_url(out)
+        self.uploaded: list[str] = []
+        if self.remote:
+            storage.check_bucket(self.out + "/x", storage_options)
+            self.existing = storage.list_files(self.out, recursive=True, storage_options=storage_options) if storage.exists(self.out, storage_options) else []
+            if self.existing and not overwrite:
+                raise OutputExistsError(storage.join(self.out, self.existing[0]))
+            import hashlib
+
+            self.folder = os.path.join(storage.staging_base(), "export-" + hashlib.sha256(self.out.encode()).hexdigest()[:16])
+            shutil.rmtree(self.folder, ignore_errors=True)
+        else:
+            if os.path.exists(self.out) and not overwrite and (not os.path.isdir(self.out) or os.listdir(self.out)):
+                raise OutputExistsError(self.out)
+            make_parents(self.out)
+            self.folder = self.out + ".partial"
+            shutil.rmtree(self.folder, ignore_errors=True)
+        os.makedirs(self.folder)
+
+    def shown(self, path: str) -> str:
+        name = os.path.relpath(path, self.folder)
+        return storage.join(self.out, name) if self.remote else os.path.join(self.out, name)
+
+    def shard_done(self, path: str) -> None:
+        if self.remote:
+            storage.upload(path, self.shown(path), self.options)
+            self.uploaded.append(os.path.relpath(path, self.folder))
+            os.remove(path)
+
+    def commit(self, last: list[str]) -> None:
+        if self.remote:
+            for path in last:  # the metadata and the format's index: readers look for them
+                self.shard_done(path)
+            stale = [storage.join(self.out, n) for n in self.existing if n not in self.uploaded]
+            if stale:
+                storage.remove(stale, self.options)
+            shutil.rmtree(self.folder, ignore_errors=True)
+            return
+        for d, _, names in os.walk(self.folder):
+            for n in names:
+                with open(os.path.join(d, n), "rb") as f:
+                    os.fsync(f.fileno())
+        if os.path.exists(self.out):
+            shutil.rmtree(self.out) if os.path.isdir(self.out) else os.remove(self.out)
+        os.rename(self.folder, self.out)
+
+    def abort(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def export_rec(
+    src: str,
+    out: str,
+    fmt: str,
+    shard_size: int | None = None,
+    overwrite: bool = False,
+    storage_options: dict | None = None,
+    progress: ExportProgress | None = None,
+) -> ExportSummary:
+    """Write the records of ``src`` (a ``.rec`` with its ``.idx``, or a shard manifest; a path or
+    a URL) as ``fmt`` shards in the folder ``out`` (a path or a URL), payload bytes untouched.
+
+    Raises:
+        OptionError: an unknown format, a shard size below 1.
+        OutputExistsError: ``out`` has files, without ``overwrite``.
+        Im2recError: a missing input or ``.idx``, a damaged record (naming its byte offset),
+            a format whose library is not installed.
+    """
+    module = _module(fmt)
+    shard_size = shard_size or DEFAULT_SHARD_SIZE[fmt]
+    if shard_size < 1:
+        raise OptionError(f"--shard-size must be positive, got {shard_size}", "--shard-size")
+    progress = progress or ExportProgress()
+    started = time.perf_counter()
+    recs = _inputs(src, storage_options)
+    readers = []
+    for rec in recs:
+        idx = idx_path_of(rec)
+        if not storage.there(rec, storage_options):
+            raise Im2recError(storage.missing(rec))
+        if not storage.there(idx, storage_options):
+            raise Im2recError(f"{idx}: no such {'object' if storage.is_url(idx) else 'file'}: export reads the records in .idx order (rebuild it with `im2rec index {rec}`)")
+        readers.append(RecordReader(rec, idx, storage_options=storage_options))
+    faces = [insightface_header(r) for r in readers]
+    layout = "insightface" if all(f is not None for f in faces) else "plain"
+    name = posixpath.basename(src.rstrip("/"))
+    name = name.removesuffix(".json").removesuffix(".shards").removesuffix(".rec") or "data"
+    meta = DatasetMeta(source=src, layout=layout, classes=_classes(src, storage_options), format=fmt)
+    if layout == "insightface":
+        prop = recordio.sibling(recs[0], "property")
+        if storage.there(prop, storage_options):
+            meta.property = storage.read_any(prop, storage_options).decode("ascii", "replace").strip()
+    summary = ExportSummary(src, out.rstrip("/"), fmt, layout)
+    total = sum(len(r.require_index()) - (1 + f[1] - f[0] if f is not None else 0) for r, f in zip(readers, faces))
+    dest = _Out(out, overwrite, storage_options)
+    writer = module.Writer(dest.folder, name, shard_size, meta, dest.shard_done)
+    try:
+        progress.start(total)
+        n = 0
+        for reader, face in zip(readers, faces):
+            if face is not None:
+                summary.skipped += 1 + face[1] - face[0]
+            for sample in _records(reader, meta.classes, face if layout == "insightface" else None):
+                summary.bytes += len(sample.image)
+                writer.write(sample)
+                n += 1
+                if n % 1024 == 0:
+                    progress.update(1024)
+        progress.update(n % 1024)
+        last = writer.close()
+        dest.commit(last)
+    except BaseException:
+        writer.abort()
+        dest.abort()
+        raise
+    finally:
+        for r in readers:
+            r.close()
+    summary.samples = n
+    summary.shards = [dest.shown(os.path.join(dest.folder, s)) for s in meta.shards]
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+# --------------------------------------------------------------------------- import
+
+
+class SampleSource:
+    """A format ``Reader``'s samples as pack's Tasks (a ``packing.Source``).
+
+    ``keyed``: the samples were written by ``export`` (``im2rec.json`` is there), so their keys
+    are ``.idx`` keys and their ``meta`` holds the IRHeader's ids and flag; otherwise keys are
+    the samples' positions and ids follow them. String labels become ids in sorted name order
+    (``class_ids``).
+    """
+
+    def __init__(self, reader: Any, src: str, fmt: str, class_ids: dict[str, int], keyed: bool):
+        self.reader, self.name, self.root, self.fmt = reader, src, "", fmt
+        self.class_ids, self.keyed = class_ids, keyed
+
+    @contextmanager
+    def checked(self, opts: PackOptions) -> Iterator[Checked]:
+        count = self.reader.count()
+        shards = getattr(self.reader, "shards", None) or getattr(self.reader, "files", None) or []
+        fingerprint = {"list": self.name, "format": self.fmt, "shards": [str(s) for s in shards], "count": count, "options": opts.output_affecting()}
+        yield Checked(0, count, fingerprint)
+
+    def _task(self, seq: int, sample: Sample) -> Task:
+        key = sample.key
+        index = int(key) if self.keyed and key.isdigit() else seq
+        data: bytes | tuple[str, str] = sample.problem if sample.problem is not None else bytes(sample.image)
+        label: float | tuple[float, ...]
+        values = sample.label
+        if not values and sample.class_name is not None:
+            values = (float(self.class_ids[sample.class_name]),) if sample.class_name in self.class_ids else ()
+            if not values and sample.problem is None:
+                data = ("label", f"class {sample.class_name!r} has no id")
+        flag = sample.flag if sample.flag is not None else default_flag(values)
+        label = values[0] if flag == 0 and len(values) == 1 else tuple(values)
+        if not values and not isinstance(data, tuple):
+            data = ("label", "no label")
+        return Task(seq, index, label, sample.where, sample.where, data, sample.id if self.keyed else None, sample.id2 if self.keyed else 0)
+
+    def tasks(self, start: int, stop: int | None, summary: PackSummary | None) -> Iterator[Task]:
+        for seq, sample in enumerate(self.reader.samples(start), start):
+            if stop is not None and seq >= stop:
+                return
+            yield self._task(seq, sample)
+
+    def indices(self, start: int, stop: int | None) -> Iterator[int]:
+        return (t.index for t in self.tasks(start, stop, None))
+
+
+def _write_text(path: str, text: str, storage_options: dict | None) -> None:
+    if storage.is_url(path):
+        storage.write_bytes(path, text.encode("utf-8"), storage_options)
+        return
+    with atomic_open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write(text)
+
+
+def import_samples(src: str, out_rec: str, fmt: str, options: PackOptions | None = None, progress: Progress | None = None) -> tuple[PackSummary, str | None]:
+    """Pack the samples of ``src`` (a ``fmt`` folder, shard or glob; local or a URL) into
+    ``out_rec`` and its ``.idx``, through pack's pipeline (``packing.pack_source``).
+
+    ``options.layout``: ``"insightface"`` lays the images out as insightface's RecBuilder does,
+    keeping the source's ``property`` when ``im2rec.json`` has one. Class names (string labels,
+    🤗 ``ClassLabel`` names, or an export's classes) are written to ``OUT.classes.tsv``.
+
+    Returns:
+        The PackSummary, and the ``OUT.classes.tsv`` written (or None).
+    """
+    opts = options or PackOptions()
+    if opts.num_parts > 1 or opts.part_index is not None:
+        raise OptionError("import packs the whole source: no --num-parts or --part-index")
+    reader = reader_for(fmt, src, opts.storage_options)
+    meta: DatasetMeta | None = reader.meta
+    names = reader.class_names()
+    class_ids = {n: i for i, n in enumerate(names)} if names else {}
+    label_names = getattr(reader, "label_names", None)  # a 🤗 ClassLabel's
+    classes = {i: n for n, i in class_ids.items()} or (meta.classes if meta else {}) or dict(enumerate(label_names or []))
+    keyed = meta is not None and meta.format == fmt
+    source = SampleSource(reader, src, fmt, class_ids, keyed)
+    summary = pack_source(source, out_rec, opts, progress)
+    classes_path = None
+    if classes and summary.complete:
+        classes_path = recordio.sibling(out_rec, "classes")
+        _write_text(classes_path, "".join(f"{i}\t{n}\n" for i, n in sorted(classes.items())), opts.storage_options)
+    if opts.layout == "insightface" and meta is not None and meta.property and summary.complete and not summary.already_complete:
+        _write_text(recordio.sibling(out_rec, "property"), meta.property + "\n", opts.storage_options)
+    return summary, classes_path
+

@@ -1,0 +1,338 @@
+"""Parquet files as 🤗 datasets writes an image dataset, through pyarrow (``im2rec[parquet]``).
+
+Columns of ``NAME-000000.parquet``, ``NAME-000001.parquet``...:
+
+* ``key`` string: the ``.idx`` key;
+* ``image`` struct<bytes: binary, path: string>: the image bytes as stored, and ``KEY.EXT``
+  (🤗 datasets' ``Image`` feature);
+* ``label`` list<float32>: every label;
+* ``cls`` int64: the class when the label is one integer, else -1 (a ``ClassLabel`` with the
+  names when ``PREFIX.classes.tsv`` gives them, as ``-1`` means "no label" there);
+* ``meta`` string: JSON of the IRHeader's id and id2 and the like (``bridges.Sample.meta``).
+
+The schema carries 🤗 datasets' ``huggingface`` metadata (the features), so that
+``datasets.load_dataset("parquet", ...)`` gives PIL images and a ``ClassLabel``, and
+``im2rec``: the dataset's ``DatasetMeta`` (layout, classes, an insightface ``property``).
+Row groups hold at most ``ROW_GROUP_BYTES`` of images or ``ROW_GROUP_ROWS`` rows, so that a
+reader streaming the file holds one small group at a time; image bytes are stored
+uncompressed (they are compressed images already), the other columns with zstd.
+
+The reader takes any Parquet file with an image column (a struct with ``bytes``, or binary),
+its label from ``label`` (numbers, lists, or strings: class names), ``cls`` or the like,
+and ``ClassLabel`` names from the ``huggingface`` metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from . import storage
+from .bridges import META_NAME, DatasetMeta, OnShard, Sample, extension_of
+from .errors import Im2recError
+
+__all__ = ["ROW_GROUP_BYTES", "ROW_GROUP_ROWS", "Reader", "Writer", "pyarrow"]
+
+ROW_GROUP_BYTES = 32 << 20
+ROW_GROUP_ROWS = 10_000
+_IMAGE_COLUMNS = ("image", "img", "jpg", "jpeg", "png", "webp", "picture", "photo")
+_LABEL_COLUMNS = ("label", "labels", "cls", "class", "target", "y", "identity")
+_KEY_COLUMNS = ("key", "__key__", "id", "image_id", "filename", "file_name")
+
+
+def pyarrow() -> Any:
+    """pyarrow and pyarrow.parquet, or an error saying how to install them."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet
+    except ImportError:
+        raise Im2recError("the parquet format needs pyarrow: pip install 'im2rec[parquet]'") from None
+    return pa
+
+
+def shard_name(name: str, index: int) -> str:
+    return f"{name}-{index:06d}.parquet"
+
+
+def _features(classes: dict[int, str]) -> dict[str, Any]:
+    """🤗 datasets' features of the columns (``Sequence`` for the list: read by old and new versions)."""
+    if classes and sorted(classes) == list(range(len(classes))):
+        cls: dict[str, Any] = {"names": [classes[i] for i in range(len(classes))], "_type": "ClassLabel"}
+    else:
+        cls = {"dtype": "int64", "_type": "Value"}
+    return {
+        "key": {"dtype": "string", "_type": "Value"},
+        "image": {"_type": "Image"},
+        "label": {"feature": {"dtype": "float32", "_type": "Value"}, "_type": "Sequence"},
+        "cls": cls,
+        "meta": {"dtype": "string", "_type": "Value"},
+    }
+
+
+class Writer:
+    """Writes samples as ``NAME-000000.parquet``... in ``folder`` (see the module)."""
+
+    def __init__(self, folder: str, name: str, shard_size: int, meta: DatasetMeta, on_shard: OnShard):
+        pa = pyarrow()
+        self.pa, self.pq = pa, pa.parquet
+        self.folder, self.name, self.shard_size, self.meta, self.on_shard = folder, name, shard_size, meta, on_shard
+        hf = {"info": {"features": _features(meta.classes)}}
+        self.schema = pa.schema(
+            [
+                ("key", pa.string()),
+                ("image", pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+                ("label", pa.list_(pa.float32())),
+                ("cls", pa.int64()),
+                ("meta", pa.string()),
+            ],
+            metadata={b"huggingface": json.dumps(hf).encode(), b"im2rec": meta.to_json().encode()},
+        )
+        self._writer: Any = None
+        self._path = ""
+        self._rows: list[Sample] = []
+        self._images: list[Any] = []
+        self._bytes = 0
+        self._file_bytes = 0
+        self.samples = 0
+
+    def _open(self) -> None:
+        self._path = os.path.join(self.folder, shard_name(self.name, len(self.meta.shards)))
+        self.meta.shards.append(os.path.basename(self._path))
+        compression = {c: "zstd" for c in ("key", "image.path", "label.list.element", "cls", "meta")}
+        compression["image.bytes"] = "none"
+        self._writer = self.pq.ParquetWriter(self._path, self.schema, compression=compression, use_dictionary=False, write_statistics=["key", "cls"])
+        self._file_bytes = 0
+
+    def _flush(self) -> None:
+        rows = self._rows
+        if not rows:
+            return
+        pa = self.pa
+        n = len(rows)
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum([len(b) for b in self._images], out=offsets[1:])
+        images = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(self._images))]).cast(pa.binary())
+        keys = [r.key for r in rows]
+        paths = pa.array([f"{r.key}.{r.ext}" for r in rows], pa.string())
+        label_offsets = np.zeros(n + 1, np.int32)
+        np.cumsum([len(r.label) for r in rows], out=label_offsets[1:])
+        values = np.fromiter((x for r in rows for x in r.label), np.float32, int(label_offsets[-1]))
+        labels = pa.ListArray.from_arrays(pa.array(label_offsets), pa.array(values))
+        cls = np.array([-1 if (c := r.cls) is None else c for r in rows], np.int64)
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array(keys, pa.string()),
+                pa.StructArray.from_arrays([images, paths], ["bytes", "path"]),
+                labels,
+                pa.array(cls),
+                pa.array([r.meta_json() for r in rows], pa.string()),
+            ],
+            schema=self.schema,
+        )
+        if self._writer is None:
+            self._open()
+        self._writer.write_batch(batch)
+        self._file_bytes += self._bytes
+        self._rows, self._images, self._bytes = [], [], 0
+        if self._file_bytes >= self.shard_size:
+            self._finish_file()
+
+    def _finish_file(self) -> None:
+        if self._writer is None:
+            return
+        self._writer.close()
+        self._writer = None
+        self.on_shard(self._path)
+
+    def write(self, sample: Sample) -> None:
+        image = bytes(sample.image)
+        if self._rows and (self._file_bytes + self._bytes + len(image) > self.shard_size):
+            self._flush()
+            self._finish_file()
+        sample.image = image  # the row is kept until its group is written: no view into the source
+        self._rows.append(sample)
+        self._images.append(image)
+        self._bytes += len(image) + 64
+        self.samples += 1
+        if self._bytes >= ROW_GROUP_BYTES or len(self._rows) >= ROW_GROUP_ROWS:
+            self._flush()
+
+    def close(self) -> list[str]:
+        self._flush()
+        self._finish_file()
+        self.meta.samples = self.samples
+        self.meta.format = "parquet"
+        meta_path = os.path.join(self.folder, META_NAME)
+        with open(meta_path, "w", encoding="utf-8") as f:
+            f.write(self.meta.to_json())
+        return [meta_path]
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _column(names: list[str], wanted: tuple[str, ...]) -> str | None:
+    lower = {n.lower(): n for n in names}
+    for w in wanted:
+        if w in lower:
+            return lower[w]
+    return None
+
+
+class Reader:
+    """Samples of Parquet files: one file, a folder (or URL prefix) of ``*.parquet``, or a glob."""
+
+    def __init__(self, src: str, storage_options: dict | None = None):
+        pa = pyarrow()
+        self.pa, self.pq = pa, pa.parquet
+        self.src, self.storage_options = src, storage_options
+        self.files = self._files(src)
+        self.meta: DatasetMeta | None = None
+        first = self.pq.ParquetFile(self._open(self.files[0]))
+        schema = first.schema_arrow
+        kv = schema.metadata or {}
+        if b"im2rec" in kv:
+            self.meta = DatasetMeta.from_json(kv[b"im2rec"])
+        names = schema.names
+        self.image = _column(names, _IMAGE_COLUMNS)
+        if self.image is None:  # the first binary column, or struct with bytes
+            for f in schema:
+                if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type) or (pa.types.is_struct(f.type) and f.type.get_field_index("bytes") >= 0):
+                    self.image = f.name
+                    break
+        if self.image is None:
+            raise Im2recError(f"{self.files[0]}: no image column (looked for {', '.join(_IMAGE_COLUMNS)}, or a binary column); columns: {', '.join(names)}")
+        self.label = _column(names, _LABEL_COLUMNS)
+        self.key = _column(names, _KEY_COLUMNS)
+        self.meta_column = "meta" if "meta" in names else None
+        self.label_names: list[str] | None = None
+        if b"huggingface" in kv and self.label is not None:
+            try:
+                feature = json.loads(kv[b"huggingface"])["info"]["features"][self.label]
+            except (KeyError, ValueError, TypeError):
+                feature = None
+            if isinstance(feature, dict) and feature.get("_type") == "ClassLabel" and feature.get("names"):
+                self.label_names = list(feature["names"])
+        self.label_type = schema.field(self.label).type if self.label else None
+
+    def _files(self, src: str) -> list[str]:
+        if any(c in src.split("://", 1)[-1] for c in "*?["):
+            if storage.is_url(src):
+                return storage.expand([src], self.storage_options)
+            import glob
+
+            found = sorted(glob.glob(src))
+            if not found:
+                raise Im2recError(f"{src}: no file matches")
+            return found
+        if src.endswith(".parquet"):
+            if not storage.there(src, self.storage_options):
+                raise Im2recError(storage.missing(src))
+            return [src]
+        if storage.is_url(src):
+            names = storage.list_files(src, recursive=False, storage_options=self.storage_options)
+            files = [storage.join(src, n) for n in sorted(names) if n.endswith(".parquet")]
+        elif os.path.isdir(src):
+            files = [os.path.join(src, n) for n in sorted(os.listdir(src)) if n.endswith(".parquet")]
+        else:
+            raise Im2recError(f"{src}: no such folder or .parquet file")
+        if not files:
+            raise Im2recError(f"{src}: no .parquet file there")
+        return files
+
+    def _open(self, path: str) -> Any:
+        if storage.is_url(path):
+            fs, p = storage.filesystem(path, self.storage_options)
+            return fs.open(p, "rb", block_size=8 << 20)
+        return path
+
+    def _parquet(self, path: str) -> Any:
+        try:
+            return self.pq.ParquetFile(self._open(path))
+        except Exception as e:
+            raise Im2recError(f"{path}: not a readable Parquet file: {e}") from None
+
+    def count(self) -> int | None:
+        if self.meta is not None and self.meta.samples and self.meta.format == "parquet" and len(self.meta.shards) == len(self.files):
+            return self.meta.samples
+        return sum(self._parquet(p).metadata.num_rows for p in self.files)
+
+    def class_names(self) -> list[str] | None:
+        if self.label is None or self.label_type is None or (not self.pa.types.is_string(self.label_type) and not self.pa.types.is_large_string(self.label_type)):
+            return None
+        names: set[str] = set()
+        for path in self.files:
+            f = self._parquet(path)
+            for batch in f.iter_batches(columns=[self.label], batch_size=65536):
+                names.update(x for x in batch.column(0).to_pylist() if x is not None)
+        return sorted(names)
+
+    def samples(self, start: int = 0) -> Iterator[Sample]:
+        columns = [c for c in (self.key, self.image, self.label, self.meta_column) if c is not None]
+        position = 0
+        for path in self.files:
+            f = self._parquet(path)
+            rows = f.metadata.num_rows
+            if position + rows <= start:
+                position += rows
+                continue
+            base = path.rsplit("/", 1)[-1]
+            row = 0
+            for g in range(f.metadata.num_row_groups):
+                n = f.metadata.row_group(g).num_rows
+                if position + row + n <= start:
+                    row += n
+                    continue
+                batch = f.read_row_group(g, columns=columns)
+                for i, sample in enumerate(self._rows(batch, base, row)):
+                    if position + row + i >= start:
+                        yield sample
+                row += n
+            position += rows
+
+    def _rows(self, batch: Any, base: str, first_row: int) -> Iterator[Sample]:
+        pa = self.pa
+        image = batch.column(self.image)
+        if pa.types.is_struct(image.type):
+            image = pa.chunked_array([c.field("bytes") for c in image.chunks])
+        images = image.to_pylist()
+        keys = batch.column(self.key).to_pylist() if self.key else None
+        labels = batch.column(self.label).to_pylist() if self.label else None
+        metas = batch.column(self.meta_column).to_pylist() if self.meta_column else None
+        for i, data in enumerate(images):
+            row = first_row + i
+            key = str(keys[i]) if keys is not None and keys[i] is not None else str(row)
+            sample = Sample(key=key, image=data or b"", label=(), where=f"{base}:row {row}")
+            if not data:
+                sample.problem = ("missing", f"no image bytes in column {self.image!r}")
+                yield sample
+                continue
+            sample.ext = extension_of(data)
+            label = labels[i] if labels is not None else None
+            if label is None:
+                sample.problem = ("label", f"no label (no {', '.join(_LABEL_COLUMNS)} column)" if self.label is None else f"{self.label} is null")
+                yield sample
+                continue
+            if isinstance(label, str):
+                sample.class_name = label
+            elif isinstance(label, (list, tuple)):
+                sample.label = tuple(float(x) for x in label)
+            else:
+                sample.label = (float(label),)
+                if self.label_names is not None and isinstance(label, int) and 0 <= label < len(self.label_names):
+                    sample.class_name = self.label_names[label]
+            if metas is not None and metas[i]:
+                try:
+                    sample.with_meta(metas[i])
+                except ValueError as e:
+                    sample.problem = ("label", f"its meta cannot be read: {e}")
+            yield sample
