@@ -32,6 +32,7 @@ from typing import Any, Protocol
 __all__ = [
     "FORMATS",
     "META_NAME",
+    "Batch",
     "DatasetMeta",
     "Sample",
     "SampleReader",
@@ -48,9 +49,59 @@ _EXTENSIONS = {"JPEG": "jpg", "PNG": "png", "GIF": "gif", "BMP": "bmp", "TIFF": 
 
 def extension_of(data: bytes | memoryview) -> str:
     """The file extension of the payload's real format (``jpg``, ``png``, ...), ``bin`` when none is recognised."""
+    head = bytes(data[:32])
+    if head[:3] == b"\xff\xd8\xff":  # the common case, without the table
+        return "jpg"
     from .image import image_format
 
-    return _EXTENSIONS.get(image_format(bytes(data[:32])) or "", "bin")
+    return _EXTENSIONS.get(image_format(head) or "", "bin")
+
+
+def meta_text(label: tuple[float, ...], id_: int | None, id2: int, flag: int | None, class_name: str | None = None, identity: int | None = None, with_label: bool = False) -> str:
+    """``Sample.meta`` as compact JSON text (with ``label`` first when ``with_label``: a tar's
+    ``KEY.json``), the same text ``json.dumps(..., separators=(",", ":"))`` gives, made faster."""
+    head = ""
+    if with_label:
+        if all(math.isfinite(x) for x in label):
+            head = '"label":[' + ",".join(map(repr, label)) + "],"
+        else:
+            head = '"label":' + json.dumps(list(label)) + ","
+    text = "{" + head + '"id":' + ("null" if id_ is None else str(id_)) + ',"id2":' + str(id2)
+    if flag is not None and flag != default_flag(label):
+        text += ',"flag":' + str(flag)
+    if class_name is not None:
+        text += ',"class":' + json.dumps(class_name)
+    if identity is not None:
+        text += ',"identity":' + str(identity)
+    return text + "}"
+
+
+@dataclass(slots=True)
+class Batch:
+    """Records as columns, what ``export`` hands a writer's ``write_batch`` (a format without
+    one gets ``samples()`` one by one): the fields of ``Sample``, one list each."""
+
+    keys: list[str]
+    images: list[Any]  # bytes or memoryviews of the input, valid during the call only
+    labels: list[tuple[float, ...]]
+    ids: list[int]
+    id2s: list[int]
+    flags: list[int]
+    class_names: list[str | None] | None = None
+    identities: bool = False  # an insightface set: each record's identity is its label
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def samples(self) -> Iterator[Sample]:
+        names = self.class_names
+        for i, key in enumerate(self.keys):
+            sample = Sample(key, self.images[i], self.labels[i], self.ids[i], self.id2s[i], self.flags[i], ext=extension_of(self.images[i]))
+            if names is not None:
+                sample.class_name = names[i]
+            if self.identities:
+                sample.identity = sample.cls
+            yield sample
 
 
 @dataclass(slots=True)
@@ -94,8 +145,9 @@ class Sample:
             out["identity"] = self.identity
         return out
 
-    def meta_json(self) -> str:
-        return json.dumps(self.meta(), separators=(",", ":"))
+    def meta_json(self, with_label: bool = False) -> str:
+        """``meta()`` as compact JSON (``meta_text``)."""
+        return meta_text(self.label, self.id, self.id2, self.flag, self.class_name, self.identity, with_label)
 
     @property
     def cls(self) -> int | None:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from . import recordio, storage
-from .bridges import FORMATS, DatasetMeta, Sample, default_flag, extension_of
+from .bridges import FORMATS, Batch, DatasetMeta, Sample, default_flag
 from .errors import Im2recError, OptionError, OutputExistsError
 from .fsutil import atomic_open, make_parents
 from .packing import Checked, PackOptions, PackSummary, Progress, Task, pack_source
@@ -111,62 +111,53 @@ def _classes(src: str, storage_options: dict | None) -> dict[int, str]:
     return {int(k): v for k, v in read_classes(found, storage_options).items() if float(k).is_integer()}
 
 
-def _records(reader: RecordReader, classes: dict[int, str], face: tuple[int, int] | None) -> Iterator[Sample]:
-    """The records of ``reader`` as Samples, in ``.idx`` order (an insightface set: its images only)."""
+def _batches(reader: RecordReader, classes: dict[int, str], face: tuple[int, int] | None) -> Iterator[Batch]:
+    """The records of ``reader`` as Batches of ``_CHUNK``, in ``.idx`` order (an insightface set:
+    its images only). A local file: headers read at once with numpy, images as views of its
+    memory map; a URL: each batch's byte span fetched at once, in ``_FETCH`` ranges."""
     index = reader.require_index()
     keys = np.asarray(index.key_list)
     offsets = np.asarray(index.offsets, dtype=np.int64)
     if face is not None:  # images are keys 1..first-1
         mine = (keys >= 1) & (keys < face[0])
         keys, offsets = keys[mine], offsets[mine]
-    local = not reader.remote
     for c in range(0, len(offsets), _CHUNK):
         offs = offsets[c : c + _CHUNK]
-        ks = keys[c : c + _CHUNK].tolist()
-        if local:
-            heads = read_headers(reader, offs)
-            buf = reader.buffer()
-            single = heads.single.tolist()
-            starts = (offs + 8).tolist()
-            bodies = heads.body.tolist()
-            lengths = heads.length.tolist()
-            labels0 = heads.label.tolist()
-            ids = heads.id.tolist()
-            id2s = heads.id2.tolist()
-            for i, key in enumerate(ks):
-                if not single[i]:
-                    yield _sample(key, *unpack(reader.read_at(int(offs[i]))[0]), classes, face)
-                    continue
-                s, body = starts[i], bodies[i]
-                flag = (body - IRHEADER_SIZE) // 4
-                if flag:
-                    label = tuple(np.frombuffer(buf, np.float32, flag, s + IRHEADER_SIZE).tolist())
-                else:
-                    label = (labels0[i],)
-                image = buf[s + body : s + lengths[i]]
-                yield _make(key, image, label, ids[i], id2s[i], flag, classes, face)
-        else:
+        batch = Batch([str(k) for k in keys[c : c + _CHUNK].tolist()], [], [], [], [], [], identities=face is not None)
+        if reader.remote:
             ends = reader.record_ends(offs)
             lo, hi = int(offs.min()), int(ends.max())
             reader.prefetch((a, min(a + _FETCH, hi)) for a in range(lo, hi, _FETCH))
-            for i, key in enumerate(ks):
-                yield _sample(key, *unpack(reader.read_at(int(offs[i]))[0]), classes, face)
+            for off in offs.tolist():
+                _add(batch, *unpack(reader.read_at(off)[0]))
+        else:
+            heads = read_headers(reader, offs)
+            buf = reader.buffer()
+            labels0 = heads.label.tolist()
+            flags = ((heads.body - IRHEADER_SIZE) // 4).tolist()
+            starts = (offs + 8).tolist()
+            batch.ids, batch.id2s, batch.flags = heads.id.tolist(), heads.id2.tolist(), flags
+            images, labels = batch.images, batch.labels
+            for i, (single, s, body, end) in enumerate(zip(heads.single.tolist(), starts, heads.body.tolist(), (offs + 8 + heads.length).tolist())):
+                if not single:  # a record in several parts: the careful way
+                    header, image = unpack(reader.read_at(int(offs[i]))[0])
+                    images.append(image)
+                    labels.append(tuple(np.asarray(header.label, np.float32).tolist()) if header.flag else (header.label,))
+                    continue
+                images.append(buf[s + body : end])
+                flag = flags[i]
+                labels.append(tuple(np.frombuffer(buf, np.float32, flag, s + IRHEADER_SIZE).tolist()) if flag else (labels0[i],))
+        if classes and face is None:
+            batch.class_names = [classes.get(int(x[0])) if len(x) == 1 and float(x[0]).is_integer() else None for x in batch.labels]
+        yield batch
 
 
-def _sample(key: Any, header: recordio.IRHeader, image: bytes, classes: dict[int, str], face: tuple[int, int] | None) -> Sample:
-    label = tuple(np.asarray(header.label, np.float32).tolist()) if header.flag else (header.label,)
-    return _make(key, image, label, header.id, header.id2, header.flag, classes, face)
-
-
-def _make(key: Any, image: Any, label: tuple[float, ...], id_: int, id2: int, flag: int, classes: dict[int, str], face: tuple[int, int] | None) -> Sample:
-    sample = Sample(str(key), image, label, id_, id2, flag, ext=extension_of(image))
-    cls = sample.cls
-    if cls is not None:
-        if face is not None:
-            sample.identity = cls
-        elif classes:
-            sample.class_name = classes.get(cls)
-    return sample
+def _add(batch: Batch, header: recordio.IRHeader, image: bytes) -> None:
+    batch.images.append(image)
+    batch.labels.append(tuple(np.asarray(header.label, np.float32).tolist()) if header.flag else (header.label,))
+    batch.ids.append(header.id)
+    batch.id2s.append(header.id2)
+    batch.flags.append(header.flag)
 
 
 class _Out:
@@ -270,24 +261,29 @@ def export_rec(
     summary = ExportSummary(src, out.rstrip("/"), fmt, layout)
     total = sum(len(r.require_index()) - (1 + f[1] - f[0] if f is not None else 0) for r, f in zip(readers, faces))
     dest = _Out(out, overwrite, storage_options)
-    writer = module.Writer(dest.folder, name, shard_size, meta, dest.shard_done)
+    writer = None
     try:
+        writer = module.Writer(dest.folder, name, shard_size, meta, dest.shard_done)
         progress.start(total)
         n = 0
+        write_batch = getattr(writer, "write_batch", None)
         for reader, face in zip(readers, faces):
             if face is not None:
                 summary.skipped += 1 + face[1] - face[0]
-            for sample in _records(reader, meta.classes, face if layout == "insightface" else None):
-                summary.bytes += len(sample.image)
-                writer.write(sample)
-                n += 1
-                if n % 1024 == 0:
-                    progress.update(1024)
-        progress.update(n % 1024)
+            for batch in _batches(reader, meta.classes, face if layout == "insightface" else None):
+                summary.bytes += sum(map(len, batch.images))
+                if write_batch is not None:
+                    write_batch(batch)
+                else:
+                    for sample in batch.samples():
+                        writer.write(sample)
+                n += len(batch)
+                progress.update(len(batch))
         last = writer.close()
         dest.commit(last)
     except BaseException:
-        writer.abort()
+        if writer is not None:
+            writer.abort()
         dest.abort()
         raise
     finally:

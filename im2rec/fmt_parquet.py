@@ -25,6 +25,7 @@ and ``ClassLabel`` names from the ``huggingface`` metadata.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -32,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from . import storage
-from .bridges import META_NAME, DatasetMeta, OnShard, Sample, extension_of
+from .bridges import META_NAME, Batch, DatasetMeta, OnShard, Sample, extension_of, meta_text
 from .errors import Im2recError
 
 __all__ = ["ROW_GROUP_BYTES", "ROW_GROUP_ROWS", "Reader", "Writer", "pyarrow"]
@@ -93,11 +94,21 @@ class Writer:
         )
         self._writer: Any = None
         self._path = ""
-        self._rows: list[Sample] = []
-        self._images: list[Any] = []
-        self._bytes = 0
         self._file_bytes = 0
         self.samples = 0
+        self._clear()
+
+    def _clear(self) -> None:
+        """The rows of the next row group, as columns."""
+        self._keys: list[str] = []
+        self._paths: list[str] = []
+        self._data: list[bytes] = []  # image bytes, joined per call
+        self._lens: list[int] = []
+        self._labels: list[float] = []
+        self._label_lens: list[int] = []
+        self._cls: list[int] = []
+        self._metas: list[str] = []
+        self._bytes = 0
 
     def _open(self) -> None:
         self._path = os.path.join(self.folder, shard_name(self.name, len(self.meta.shards)))
@@ -108,28 +119,23 @@ class Writer:
         self._file_bytes = 0
 
     def _flush(self) -> None:
-        rows = self._rows
-        if not rows:
+        n = len(self._keys)
+        if not n:
             return
         pa = self.pa
-        n = len(rows)
         offsets = np.zeros(n + 1, np.int64)
-        np.cumsum([len(b) for b in self._images], out=offsets[1:])
-        images = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(self._images))]).cast(pa.binary())
-        keys = [r.key for r in rows]
-        paths = pa.array([f"{r.key}.{r.ext}" for r in rows], pa.string())
+        np.cumsum(self._lens, out=offsets[1:])
+        images = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(self._data))]).cast(pa.binary())
         label_offsets = np.zeros(n + 1, np.int32)
-        np.cumsum([len(r.label) for r in rows], out=label_offsets[1:])
-        values = np.fromiter((x for r in rows for x in r.label), np.float32, int(label_offsets[-1]))
-        labels = pa.ListArray.from_arrays(pa.array(label_offsets), pa.array(values))
-        cls = np.array([-1 if (c := r.cls) is None else c for r in rows], np.int64)
+        np.cumsum(self._label_lens, out=label_offsets[1:])
+        labels = pa.ListArray.from_arrays(pa.array(label_offsets), pa.array(np.asarray(self._labels, np.float32)))
         batch = pa.RecordBatch.from_arrays(
             [
-                pa.array(keys, pa.string()),
-                pa.StructArray.from_arrays([images, paths], ["bytes", "path"]),
+                pa.array(self._keys, pa.string()),
+                pa.StructArray.from_arrays([images, pa.array(self._paths, pa.string())], ["bytes", "path"]),
                 labels,
-                pa.array(cls),
-                pa.array([r.meta_json() for r in rows], pa.string()),
+                pa.array(np.asarray(self._cls, np.int64)),
+                pa.array(self._metas, pa.string()),
             ],
             schema=self.schema,
         )
@@ -137,7 +143,7 @@ class Writer:
             self._open()
         self._writer.write_batch(batch)
         self._file_bytes += self._bytes
-        self._rows, self._images, self._bytes = [], [], 0
+        self._clear()
         if self._file_bytes >= self.shard_size:
             self._finish_file()
 
@@ -148,18 +154,39 @@ class Writer:
         self._writer = None
         self.on_shard(self._path)
 
-    def write(self, sample: Sample) -> None:
-        image = bytes(sample.image)
-        if self._rows and (self._file_bytes + self._bytes + len(image) > self.shard_size):
+    def _room(self, size: int) -> None:
+        """Write the rows held when ``size`` more bytes would pass the row group's or the file's size."""
+        if self._keys and self._file_bytes + self._bytes + size > self.shard_size:
             self._flush()
             self._finish_file()
-        sample.image = image  # the row is kept until its group is written: no view into the source
-        self._rows.append(sample)
-        self._images.append(image)
-        self._bytes += len(image) + 64
-        self.samples += 1
-        if self._bytes >= ROW_GROUP_BYTES or len(self._rows) >= ROW_GROUP_ROWS:
+        elif self._bytes + size > ROW_GROUP_BYTES or len(self._keys) >= ROW_GROUP_ROWS:
             self._flush()
+
+    def _row(self, key: str, image: Any, label: tuple[float, ...], meta: str) -> None:
+        n = len(image)
+        self._room(n)
+        c = int(label[0]) if len(label) == 1 and math.isfinite(label[0]) and label[0] == int(label[0]) else -1
+        self._keys.append(key)
+        self._paths.append(key + "." + ("jpg" if image[:3] == b"\xff\xd8\xff" else extension_of(image)))
+        self._data.append(bytes(image))
+        self._lens.append(n)
+        self._labels.extend(label)
+        self._label_lens.append(len(label))
+        self._cls.append(c)
+        self._metas.append(meta)
+        self._bytes += n + 64
+        self.samples += 1
+
+    def write(self, sample: Sample) -> None:
+        self._row(sample.key, sample.image, sample.label, sample.meta_json())
+
+    def write_batch(self, batch: Batch) -> None:
+        """``write`` for each record of ``batch``, without making Samples."""
+        names = batch.class_names
+        for i, key in enumerate(batch.keys):
+            label = batch.labels[i]
+            identity = int(label[0]) if batch.identities and len(label) == 1 and label[0] == int(label[0]) else None
+            self._row(key, batch.images[i], label, meta_text(label, batch.ids[i], batch.id2s[i], batch.flags[i], names[i] if names is not None else None, identity))
 
     def close(self) -> list[str]:
         self._flush()

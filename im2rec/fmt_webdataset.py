@@ -27,39 +27,31 @@ records), streaming each shard from disk or a store without a temporary file.
 from __future__ import annotations
 
 import json
+import math
 import os
-import re
 from collections.abc import Iterator
 from typing import IO, Any
 
 from . import storage
-from .bridges import META_NAME, DatasetMeta, OnShard, Sample, extension_of
+from .bridges import META_NAME, Batch, DatasetMeta, OnShard, Sample, extension_of, meta_text
 from .errors import Im2recError
 
 __all__ = ["Reader", "Writer", "shard_name"]
 
 BLOCK = 512
+#: The shard list for ``wids.ShardListDataset(OUT/wids.json)``: each shard's name and length.
+WIDS_NAME = "wids.json"
 _END = bytes(2 * BLOCK)  # the end-of-archive marker
 _IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff", "ppm", "pgm", "pnm", "jp2", "avif", "img", "image")
 _LABEL_EXTS = ("cls", "cls2", "class", "label", "index")
-_KEY_RE = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")  # webdataset's base_plus_ext: KEY, then everything after its first dot
 
 
-def _template() -> tuple[bytearray, int]:
-    h = bytearray(BLOCK)
-    h[100:108] = b"0000444\0"
-    h[108:116] = b"0000000\0"
-    h[116:124] = b"0000000\0"
-    h[136:148] = b"00000000000\0"
-    h[148:156] = b" " * 8  # the checksum field counts as spaces while summing
-    h[156:157] = b"0"
-    h[257:265] = b"ustar\x0000"
-    h[329:337] = b"0000000\0"
-    h[337:345] = b"0000000\0"
-    return h, sum(h)
-
-
-_TEMPLATE, _TEMPLATE_SUM = _template()
+_MID = b"0000444\0" + b"0000000\0" * 2  # mode, uid, gid
+_MTIME = b"00000000000\0"
+_TAIL = b"0" + bytes(100) + b"ustar\x0000" + bytes(64) + b"0000000\0" * 2 + bytes(167)  # typeflag .. pad
+#: What every header's checksum counts besides its name and size: the fixed fields, and the
+#: checksum field itself as eight spaces.
+_FIXED_SUM = sum(_MID) + sum(_MTIME) + 8 * 32 + sum(_TAIL)
 
 
 def member_header(name: bytes, size: int) -> bytes:
@@ -67,15 +59,10 @@ def member_header(name: bytes, size: int) -> bytes:
     if len(name) > 100:
         raise ValueError(f"tar member name longer than 100 bytes: {name[:40]!r}...")
     field = b"%011o\0" % size
-    h = bytearray(_TEMPLATE)
-    h[0 : len(name)] = name
-    h[124:136] = field
-    h[148:156] = b"%06o\0 " % (_TEMPLATE_SUM + sum(name) + sum(field) - 12 * 0)
-    return bytes(h)
+    return name.ljust(100, b"\0") + _MID + field + _MTIME + b"%06o\0 " % (_FIXED_SUM + sum(name) + sum(field)) + _TAIL
 
 
-def _padding(n: int) -> bytes:
-    return bytes(-n % BLOCK)
+_PADS = [bytes(-n % BLOCK) for n in range(BLOCK)]  # the zero bytes after a member of n % 512 bytes
 
 
 def shard_name(name: str, index: int) -> str:
@@ -92,11 +79,13 @@ class Writer:
         self._size = 0
         self._pieces: list[Any] = []
         self._pending = 0
+        self._counts: list[int] = []  # samples per shard, for wids.json
         self.samples = 0
 
     def _open(self) -> None:
         self._path = os.path.join(self.folder, shard_name(self.name, len(self.meta.shards)))
         self.meta.shards.append(os.path.basename(self._path))
+        self._counts.append(0)
         self._file = open(self._path, "wb")  # noqa: SIM115 (open across write calls, closed by _finish_shard)
         self._size = 0
 
@@ -116,33 +105,45 @@ class Writer:
         self.on_shard(self._path)
 
     def write(self, sample: Sample) -> None:
-        key = sample.key.encode()
-        cls = sample.cls
-        doc = sample.meta()
-        doc = {"label": list(sample.label), **doc}
-        text = json.dumps(doc, separators=(",", ":")).encode()
-        image = sample.image
-        members: list[tuple[bytes, Any]] = []
-        if cls is not None:
-            members.append((b"cls", str(cls).encode()))
-        members.append((sample.ext.encode(), image))
-        members.append((b"json", text))
-        members.sort(key=lambda m: m[0])
-        size = sum(BLOCK + len(data) + (-len(data) % BLOCK) for _, data in members)
-        if self._file is not None and self._size + size + len(_END) > self.shard_size and self._size:
+        self._add(sample.key, sample.image, sample.ext, sample.cls, sample.meta_json(with_label=True))
+
+    def write_batch(self, batch: Batch) -> None:
+        """``write`` for each record of ``batch``, without making Samples."""
+        names = batch.class_names
+        for i, key in enumerate(batch.keys):
+            image, label = batch.images[i], batch.labels[i]
+            cls = int(label[0]) if len(label) == 1 and math.isfinite(label[0]) and label[0] == int(label[0]) else None
+            ext = "jpg" if image[:3] == b"\xff\xd8\xff" else extension_of(image)
+            text = meta_text(label, batch.ids[i], batch.id2s[i], batch.flags[i], names[i] if names is not None else None, cls if batch.identities else None, with_label=True)
+            self._add(key, image, ext, cls, text)
+
+    def _add(self, key: str, image: Any, ext: str, cls: int | None, text: str) -> None:
+        """One sample's members, in sorted extension order: ``cls``, the image, ``json``."""
+        k = key.encode()
+        meta = text.encode()
+        n = len(image)
+        size = (4 if cls is not None else 2) * BLOCK + n + (-n % BLOCK) + len(meta) + (-len(meta) % BLOCK)  # headers, a cls block
+        if self._file is not None and self._size and self._size + size + len(_END) > self.shard_size:
             self._finish_shard()
         if self._file is None:
             self._open()
         pieces = self._pieces
-        for ext, data in members:
-            n = len(data)
-            pieces.append(member_header(key + b"." + ext, n))
+        e = ext.encode()
+        members = [(b"cls", str(cls).encode())] if cls is not None else []
+        members.append((e, image))
+        members.append((b"json", meta))
+        if e > b"json" or (cls is not None and e < b"cls"):
+            members.sort(key=lambda m: m[0])
+        for x, data in members:
+            m = len(data)
+            pieces.append(member_header(k + b"." + x, m))
             pieces.append(data)
-            if n % BLOCK:
-                pieces.append(_padding(n))
+            if m % BLOCK:
+                pieces.append(_PADS[m % BLOCK])
         self._size += size
         self._pending += size
         self.samples += 1
+        self._counts[-1] += 1
         if self._pending >= 1 << 22:
             self._flush()
 
@@ -150,10 +151,14 @@ class Writer:
         self._finish_shard()
         self.meta.samples = self.samples
         self.meta.format = "webdataset"
+        wids = os.path.join(self.folder, WIDS_NAME)
+        with open(wids, "w", encoding="utf-8") as f:  # what wids.ShardListDataset reads: shards and their lengths
+            shardlist = [{"url": name, "nsamples": count} for name, count in zip(self.meta.shards, self._counts)]
+            json.dump({"wids_version": 1, "name": self.name, "shardlist": shardlist}, f, indent=1)
         meta_path = os.path.join(self.folder, META_NAME)
         with open(meta_path, "w", encoding="utf-8") as f:
             f.write(self.meta.to_json())
-        return [meta_path]
+        return [wids, meta_path]
 
     def abort(self) -> None:
         if self._file is not None:
@@ -186,50 +191,81 @@ def _pax(data: bytes) -> dict[str, str]:
     return out
 
 
-def members(f: IO[bytes], path: str) -> Iterator[tuple[str, bytes, int]]:
-    """The regular files of a tar stream: ``(name, data, offset of the header)``."""
-    offset = 0
+_READ = 8 << 20  # a shard is read in pieces of this size
+
+
+def _chunks(f: IO[bytes]) -> Iterator[bytes]:
+    while True:
+        data = f.read(_READ)
+        if not data:
+            return
+        yield data
+
+
+def members(f: IO[bytes], path: str) -> Iterator[tuple[str, memoryview, int]]:
+    """The regular files of a tar stream: ``(name, data, offset of the header)``; ``data`` is a
+    view of the piece read (copy what is kept past the next member).
+
+    Raises:
+        Im2recError: a header is damaged (bad checksum, unreadable size) or the file is
+            cut short, naming the byte offset.
+    """
+    base = 0  # the file offset of buf[0]
+    buf: bytes = b""
+    pos = 0
     long_name: str | None = None
     pax: dict[str, str] = {}
+    chunks = _chunks(f)
     while True:
-        h = f.read(BLOCK)
-        if len(h) < BLOCK:
-            if h:
-                raise Im2recError(f"{path}: byte {offset}: the tar file ends inside a header (truncated)")
-            return
-        if h == bytes(BLOCK):  # end of archive (one zero block is enough to stop)
-            return
-        chk = _octal(h[148:156], path, offset)
-        if chk != sum(h[:148]) + 256 + sum(h[156:]):
-            raise Im2recError(f"{path}: byte {offset}: not a tar header (bad checksum); the file is damaged or not a tar")
-        size = _octal(h[124:136], path, offset)
-        kind = h[156:157]
+        if len(buf) - pos < BLOCK:  # the next header
+            more = next(chunks, b"")
+            if not more:
+                if len(buf) - pos:
+                    raise Im2recError(f"{path}: byte {base + pos}: the tar file ends inside a header (truncated)")
+                return
+            base, buf, pos = base + pos, buf[pos:] + more, 0
+            continue
+        h = buf[pos : pos + BLOCK]
+        offset = base + pos
+        if h[257:262] != b"ustar" or h[148:149] == b"\0":  # not a ustar/GNU header: zeros (the end), or an old or damaged one
+            if h == _ZERO_BLOCK:
+                return
+            stored = h[148:156].split(b"\0", 1)[0].strip()
+            if not stored or any(c not in b"01234567" for c in stored) or int(stored, 8) != sum(h[:148]) + 256 + sum(h[156:]):
+                raise Im2recError(f"{path}: byte {offset}: not a tar header (bad checksum); the file is damaged or not a tar")
+        try:
+            size = int(h[124:135], 8)
+        except ValueError:
+            size = _octal(h[124:136], path, offset)
         if "size" in pax:
             size = int(pax["size"])
-        data = f.read(size)
-        if len(data) < size:
-            raise Im2recError(f"{path}: byte {offset}: the member's {size:,} bytes are cut short at byte {offset + BLOCK + len(data)} (truncated)")
-        pad = -size % BLOCK
-        if pad:
-            f.read(pad)
-        here, offset = offset, offset + BLOCK + size + pad
-        if kind == b"x":
-            pax = _pax(data)
-            continue
-        if kind == b"g":
-            continue
-        if kind == b"L":
-            long_name = data.rstrip(b"\0").decode("utf-8", "replace")
-            continue
-        if kind not in (b"0", b"\0", b"7"):
+        end = pos + BLOCK + size
+        while len(buf) < end:  # the member's data crosses the piece: read on
+            more = next(chunks, b"")
+            if not more:
+                raise Im2recError(f"{path}: byte {offset}: the member's {size:,} bytes are cut short at byte {base + len(buf)} (truncated)")
+            base, buf, pos, end = base + pos, buf[pos:] + more, 0, end - pos
+        data = memoryview(buf)[pos + BLOCK : end]
+        pos = end + (-size % BLOCK)
+        kind = h[156:157]
+        if kind in (b"0", b"\0", b"7"):
+            nul = h.find(b"\0", 0, 100)
+            name = h[: nul if nul >= 0 else 100].decode("utf-8", "replace")
+            if h[345] != 0:
+                name = h[345:500].split(b"\0", 1)[0].decode("utf-8", "replace") + "/" + name
+            if pax or long_name:
+                name = pax.get("path") or long_name or name
+                pax, long_name = {}, None
+            yield name, data, offset
+        elif kind == b"x":
+            pax = _pax(bytes(data))
+        elif kind == b"L":
+            long_name = bytes(data).rstrip(b"\0").decode("utf-8", "replace")
+        elif kind != b"g":  # folders, links: not samples
             pax, long_name = {}, None
-            continue
-        name = h[0:100].split(b"\0", 1)[0].decode("utf-8", "replace")
-        if h[257:262] == b"ustar" and h[345] != 0:
-            name = h[345:500].split(b"\0", 1)[0].decode("utf-8", "replace") + "/" + name
-        name = pax.get("path") or long_name or name
-        pax, long_name = {}, None
-        yield name, data, here
+
+
+_ZERO_BLOCK = bytes(BLOCK)
 
 
 def _number(text: bytes | str) -> float | str:
@@ -298,17 +334,17 @@ class Reader:
                 raise Im2recError(storage.missing(shard) if isinstance(e, FileNotFoundError) else f"{shard}: {e}") from None
         return open(shard, "rb", buffering=1 << 20)
 
-    def _grouped(self) -> Iterator[tuple[str, str, dict[str, bytes]]]:
+    def _grouped(self) -> Iterator[tuple[str, str, dict[str, memoryview]]]:
         """``(shard, key, {ext: data})`` for every sample, in order."""
         for shard in self.shards:
             with self._open(shard) as f:
                 key: str | None = None
-                fields: dict[str, bytes] = {}
+                fields: dict[str, memoryview] = {}
                 for name, data, _ in members(f, shard):
-                    m = _KEY_RE.match(name)
-                    if not m:
+                    dot = name.find(".", name.rfind("/") + 1)  # webdataset's rule: the key ends at the basename's first dot
+                    if dot <= 0:
                         continue
-                    k, ext = m.group(1), m.group(2)
+                    k, ext = name[:dot], name[dot + 1 :]
                     if k != key:
                         if key is not None:
                             yield shard, key, fields
@@ -320,7 +356,13 @@ class Reader:
     def class_names(self) -> list[str] | None:
         names: set[str] = set()
         for _, _, fields in self._grouped():
-            label = _label_field(fields)
+            doc = None
+            if "json" in fields:
+                try:
+                    doc = json.loads(bytes(fields["json"]))
+                except ValueError:
+                    continue  # listed as a failure when read
+            label = _label_field(fields, doc)
             if isinstance(label, str):
                 names.add(label)
             elif label is not None:
@@ -334,44 +376,44 @@ class Reader:
             yield _sample(shard, key, fields)
 
 
-def _label_field(fields: dict[str, bytes]) -> Any:
-    """The label of a sample's fields: a float, a tuple of floats, a class name, or None."""
-    doc = fields.get("json")
-    if doc is not None:
-        try:
-            d = json.loads(doc)
-        except ValueError:
-            d = None
-        if isinstance(d, dict) and "label" in d:
-            label = d["label"]
-            if isinstance(label, list):
-                return tuple(float(x) for x in label)
-            if isinstance(label, (int, float)) and not isinstance(label, bool):
-                return float(label)
-            if isinstance(label, str):
-                return label
+def _label_field(fields: dict[str, Any], doc: Any) -> Any:
+    """The label of a sample: from its parsed ``json`` (``doc``) or a label field; a float, a
+    tuple of floats, a class name, or None."""
+    if isinstance(doc, dict) and "label" in doc:
+        label = doc["label"]
+        if isinstance(label, list):
+            return tuple(float(x) for x in label)
+        if isinstance(label, (int, float)) and not isinstance(label, bool):
+            return float(label)
+        if isinstance(label, str):
+            return label
     for ext in _LABEL_EXTS:
         if ext in fields:
-            return _number(fields[ext])
-    if "txt" in fields and "json" not in fields:
-        return None
+            return _number(bytes(fields[ext]))
     return None
 
 
-def _sample(shard: str, key: str, fields: dict[str, bytes]) -> Sample:
-    where = f"{os.path.basename(shard) if not storage.is_url(shard) else shard.rsplit('/', 1)[-1]}:{key}"
+def _sample(shard: str, key: str, fields: dict[str, Any]) -> Sample:
+    where = shard.rsplit("/", 1)[-1] + ":" + key
     image = None
     for ext, data in fields.items():
         if ext.rsplit(".", 1)[-1].lower() in _IMAGE_EXTS:
             image = data
             break
-    sample = Sample(key=key.rsplit("/", 1)[-1], image=image or b"", label=(), where=where)
+    sample = Sample(key=key.rsplit("/", 1)[-1], image=image if image is not None else b"", label=(), where=where)
     if image is None:
         sample.problem = ("missing", f"no image field (fields: {', '.join(sorted(fields)) or 'none'})")
         return sample
     sample.ext = extension_of(image)
+    doc = None
+    if "json" in fields:
+        try:
+            doc = json.loads(bytes(fields["json"]))
+        except ValueError as e:
+            sample.problem = ("label", f"its json cannot be read: {e}")
+            return sample
     try:
-        label = _label_field(fields)
+        label = _label_field(fields, doc)
     except (ValueError, TypeError) as e:
         sample.problem = ("label", f"cannot read its label: {e}")
         return sample
@@ -384,10 +426,6 @@ def _sample(shard: str, key: str, fields: dict[str, bytes]) -> Sample:
     else:
         sample.problem = ("label", f"no label (no json 'label', no {', '.join(_LABEL_EXTS)} field)")
         return sample
-    doc = fields.get("json")
-    if doc is not None:
-        try:
-            sample.with_meta(json.loads(doc))
-        except ValueError as e:
-            sample.problem = ("label", f"its json cannot be read: {e}")
+    if isinstance(doc, dict):
+        sample.with_meta(doc)
     return sample

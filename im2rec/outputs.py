@@ -286,16 +286,36 @@ class PackFiles:
         return resumed
 
     def _cut_after_last_record(self) -> Resumed:
-        """Keep the complete records of the partial ``.rec`` (their ``.idx`` lines rebuilt from
-        their headers: key = id, as pack writes them, since the old ``.idx`` may lag behind),
-        and cut a torn record off its end."""
+        """Keep the complete records of the partial ``.rec`` and cut a torn record off its end.
+
+        Their ``.idx`` lines come from the partial ``.idx`` where it lists them; it may lag
+        behind the ``.rec``: then the records after it get key = id, as pack writes them, if
+        every listed record had that key; otherwise (an import keeping other keys) they are
+        cut off too, to be written again."""
         assert self._rec_file is not None and self._idx_file is not None
+        listed: dict[int, Any] = {}
+        idx_p = partial(self.out.idx)
+        if os.path.exists(idx_p):
+            with open(idx_p, encoding="utf-8") as f:
+                for line in f:
+                    fields = line.rstrip("\n").split("\t")
+                    if len(fields) == 2 and fields[1].isdigit():
+                        listed[int(fields[1])] = int(fields[0]) if fields[0].isdigit() else fields[0]
         end, keys, offsets = 0, [], []
+        keys_are_ids = True
         with RecordReader(partial(self.out.rec)) as reader:
             for offset, _length, nxt, error in reader.walk():
                 if error is not None:
                     break  # a torn record at the end: cut off below
-                keys.append(unpack(reader.head_at(offset, IRHEADER_SIZE))[0].id)
+                header_id = unpack(reader.head_at(offset, IRHEADER_SIZE))[0].id
+                if offset in listed:
+                    key = listed[offset]
+                    keys_are_ids = keys_are_ids and key == header_id
+                elif keys_are_ids:
+                    key = header_id
+                else:
+                    break
+                keys.append(key)
                 offsets.append(offset)
                 end = nxt
         self._idx_file.write(format_index(keys, offsets))

@@ -1,0 +1,622 @@
+"""MosaicML streaming's MDS format (``im2rec export/import --format mds``), read and written here.
+
+No ``import streaming``: it imports torchvision (and transformers) at import time. The
+layout below is the one ``streaming.base.format.mds`` writes (``MDSWriter``) and reads
+(``MDSReader``), version 2; the tests check both ways against streaming itself.
+
+A folder holds ``index.json`` and the shards ``shard.00000.mds``, ``shard.00001.mds``, ...
+(``shard.00000.mds.zstd`` when compressed: the whole file, with zstd)::
+
+    num_samples  uint32 little-endian
+    offsets      uint32[num_samples + 1], little-endian: where each sample starts, from the
+                 file's start; the last one is the file's size
+    config       the shard's config as JSON text (json.dumps(..., sort_keys=True)): the same
+                 keys as its entry in index.json, less raw_data, zip_data and samples
+    samples      each: a uint32 size for each variable-size column, in column order, then
+                 the columns' bytes in column order
+
+Columns are sorted by name (``MDSWriter`` sorts them). A shard's size is what
+``MDSWriter`` counts against its ``size_limit``: ``8 + len(config)`` plus ``4 + len(sample)``
+for each sample, the file's exact size. ``index.json`` is
+``{"shards": [...], "version": 2}``, one entry per shard: ``column_encodings``,
+``column_names``, ``column_sizes`` (null for variable size), ``compression``, ``format``
+("mds"), ``hashes``, ``raw_data`` (``basename``, ``bytes``, ``hashes``), ``samples``,
+``size_limit``, ``version`` (2), ``zip_data`` (the compressed file's, or null).
+
+``export`` writes the columns ``image`` (bytes: the payload as stored), ``key`` (str),
+``label`` (json: a list of floats) and ``meta`` (json: ``Sample.meta()``). ``import`` reads
+those, or other columns by the rules of ``pick_roles`` (shared with ``fmt_litdata``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import logging
+import os
+import struct
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from . import storage
+from .bridges import META_NAME, DatasetMeta, Sample, extension_of
+from .errors import Im2recError, ImageError
+
+__all__ = [
+    "COLUMNS",
+    "INDEX_NAME",
+    "Reader",
+    "Roles",
+    "Writer",
+    "build_sample",
+    "decompress_zstd",
+    "labels_of",
+    "pick_roles",
+    "png_from_array",
+    "png_from_pil_raw",
+    "shard_name",
+]
+
+log = logging.getLogger(__name__)
+
+INDEX_NAME = "index.json"
+#: export's columns and their MDS encodings, in MDSWriter's (sorted) order.
+COLUMNS = {"image": "bytes", "key": "str", "label": "json", "meta": "json"}
+U32 = struct.Struct("<I")
+#: offsets are uint32 (streaming refuses a size_limit of 2**32 or more for the same reason)
+MAX_SHARD = (1 << 32) - 1
+
+#: Fixed sizes of MDS encodings (numpy dtype names); every other encoding has a size per sample.
+SCALARS = {
+    "int": "<i8",
+    "uint8": "<u1",
+    "uint16": "<u2",
+    "uint32": "<u4",
+    "uint64": "<u8",
+    "int8": "<i1",
+    "int16": "<i2",
+    "int32": "<i4",
+    "int64": "<i8",
+    "float16": "<f2",
+    "float32": "<f4",
+    "float64": "<f8",
+}
+#: MDS ndarray's value dtype codes (streaming's NDArray._int2value_dtype) and shape dtype codes.
+NDARRAY_DTYPES = {8: "uint8", 9: "int8", 16: "uint16", 17: "int16", 18: "float16", 32: "uint32", 33: "int32", 34: "float32", 64: "uint64", 65: "int64", 66: "float64"}
+NDARRAY_SHAPE_DTYPES = {0: "<u1", 1: "<u2", 2: "<u4", 3: "<u8"}
+
+
+def shard_name(index: int) -> str:
+    """``shard.00000.mds``: MDSWriter's name for its ``index``-th shard."""
+    return f"shard.{index:05d}.mds"
+
+
+# --------------------------------------------------------------------------- foreign columns -> Sample
+# The rules shared with fmt_litdata: which column is the image, the label, the key, the meta.
+
+IMAGE_NAMES = ("image", "img", "jpg", "jpeg", "png", "webp", "x")
+#: encodings (serializer names) that hold an image, for a source without an image column by name
+IMAGE_KINDS = ("jpeg", "png", "jpeg_array", "jpegarray", "pil", "bytes", "image")
+LABEL_NAMES = ("label", "cls", "class", "target", "y")
+KEY_NAMES = ("key", "__key__")
+META_COLUMN = "meta"
+
+
+@dataclasses.dataclass(frozen=True)
+class Roles:
+    """Which columns of a source hold the image, the label, the key and the meta (None: none)."""
+
+    image: str | None
+    label: str | None
+    key: str | None
+    meta: str | None
+
+
+def pick_roles(kinds: Mapping[str, str]) -> Roles:
+    """The roles of a source's columns, from ``{name: kind}`` in the source's column order.
+
+    ``kind`` is the encoding without its arguments (``jpeg``, ``pil``, ``str``, ``ndarray``...).
+    The image is the first present of ``IMAGE_NAMES``, else the first column of an image kind
+    (``IMAGE_KINDS``); the label the first present of ``LABEL_NAMES``; the key ``key`` or
+    ``__key__``; the meta ``meta``.
+    """
+    image = next((n for n in IMAGE_NAMES if n in kinds), None)
+    if image is None:
+        image = next((n for n, kind in kinds.items() if kind in IMAGE_KINDS and n not in LABEL_NAMES + KEY_NAMES + (META_COLUMN,)), None)
+    label = next((n for n in LABEL_NAMES if n in kinds and n != image), None)
+    key = next((n for n in KEY_NAMES if n in kinds), None)
+    return Roles(image=image, label=label, key=key, meta=META_COLUMN if META_COLUMN in kinds else None)
+
+
+def labels_of(value: Any) -> tuple[tuple[float, ...], str | None]:
+    """``(labels, class name)`` of a label value: a number, a list or array of numbers, or a
+    string (a class name: no labels).
+
+    Raises:
+        ValueError: the value is none of these.
+    """
+    if isinstance(value, bytes):
+        value = value.decode("utf-8")
+    if isinstance(value, str):
+        return (), value
+    if isinstance(value, (bool, np.bool_)) or value is None or isinstance(value, dict):
+        raise ValueError(f"a label must be a number, a list of numbers or a class name, got {type(value).__name__} {value!r:.60}")
+    try:
+        array = np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise ValueError(f"a label must be a number, a list of numbers or a class name, got {value!r:.60}") from None
+    return tuple(float(x) for x in array.ravel()), None
+
+
+def png_from_array(pixels: np.ndarray, order: str = "RGB") -> bytes:
+    """Lossless PNG of decoded pixels (H x W, or H x W x 1, 3 or 4 channels in ``order``: RGB(A) or BGR(A)).
+
+    Raises:
+        ValueError: a shape or dtype PNG cannot hold.
+    """
+    from .image import ImageOptions, encode
+
+    if pixels.dtype not in (np.uint8, np.uint16):
+        raise ValueError(f"pixels of {pixels.dtype} cannot be stored as PNG (uint8 or uint16 only)")
+    if pixels.ndim == 3 and pixels.shape[2] == 1:
+        pixels = pixels[:, :, 0]
+    if not (pixels.ndim == 2 or (pixels.ndim == 3 and pixels.shape[2] in (3, 4))) or pixels.size == 0:
+        raise ValueError(f"pixels of shape {pixels.shape} are not an image")
+    if pixels.ndim == 3 and order == "RGB":
+        pixels = np.ascontiguousarray(pixels[:, :, [2, 1, 0, 3][: pixels.shape[2]]])  # OpenCV writes BGR(A)
+    try:
+        return encode(pixels, ImageOptions(encoding=".png"))
+    except ImageError as e:
+        raise ValueError(str(e)) from None
+
+
+#: PIL mode -> (numpy dtype, channels) of its raw bytes (Image.tobytes()), for the modes PNG holds.
+PIL_MODES = {"L": ("u1", 1), "LA": ("u1", 2), "RGB": ("u1", 3), "RGBA": ("u1", 4), "RGBX": ("u1", 4), "I;16": ("<u2", 1), "I;16B": (">u2", 1)}
+
+
+def png_from_pil_raw(data: bytes | memoryview) -> bytes:
+    """A PIL image stored raw (MDS ``pil``, litdata ``pil``: ``[width, height, len(mode)]`` as
+    uint32, the mode's name, then ``Image.tobytes()``) as a lossless PNG, through OpenCV.
+
+    The raw pixels are not a file: re-encoding them losslessly is the only way to make a
+    payload of them; decoding the PNG gives back the very same pixels.
+
+    Raises:
+        ValueError: the data is too short for its size, or the mode has no PNG equivalent
+            (``P``: the palette is not stored; ``F``, ``I``, ``CMYK``...).
+    """
+    if len(data) < 12:
+        raise ValueError(f"a raw PIL image needs a 12-byte header, got {len(data)} bytes")
+    width, height, mode_size = np.frombuffer(data[:12], "<u4").tolist()
+    mode = bytes(data[12 : 12 + mode_size]).decode("utf-8", "replace")
+    raw = data[12 + mode_size :]
+    if mode == "1":  # one bit a pixel, each row padded to a byte
+        rows = np.frombuffer(raw, np.uint8)
+        stride = (width + 7) // 8
+        if rows.size != stride * height:
+            raise ValueError(f"a {width}x{height} PIL image of mode 1 needs {stride * height} bytes, got {rows.size}")
+        pixels = np.unpackbits(rows.reshape(height, stride), axis=1)[:, :width] * np.uint8(255)
+        return png_from_array(pixels)
+    if mode not in PIL_MODES:
+        raise ValueError(f"PIL mode {mode!r} has no lossless PNG equivalent (L, LA, RGB, RGBA, 1, I;16 do)")
+    dtype, channels = PIL_MODES[mode]
+    values = np.frombuffer(raw, np.dtype(dtype))
+    if values.size != width * height * channels:
+        raise ValueError(f"a {width}x{height} PIL image of mode {mode} needs {width * height * channels} values, got {values.size}")
+    pixels = values.reshape(height, width, channels).astype(values.dtype.newbyteorder("="))
+    if mode == "LA":  # PNG's gray + alpha is not an OpenCV layout: write it as BGRA
+        pixels = np.dstack([pixels[:, :, 0]] * 3 + [pixels[:, :, 1]])
+    elif mode == "RGBX":
+        pixels = pixels[:, :, :3]
+    return png_from_array(pixels)
+
+
+def build_sample(
+    position: int,
+    where: str,
+    roles: Roles,
+    get: Callable[[str], Any],
+) -> Sample:
+    """The Sample of one source sample whose columns ``get(name)`` decodes (a value, or raises
+    ``ValueError`` with the reason it cannot): a missing image or an unreadable label becomes
+    the Sample's ``problem``, never an exception.
+
+    The image value is bytes (stored as they are), or already a PNG the reader made; the
+    label a value ``labels_of`` reads; ``meta`` a dict or JSON text as ``export`` writes it.
+    """
+    key = str(position)
+    if roles.key is not None:
+        try:
+            value = get(roles.key)
+            key = value.decode("utf-8") if isinstance(value, bytes) else str(value)
+        except (ValueError, UnicodeDecodeError) as e:
+            log.debug("%s: key unreadable (%s), using the position", where, e)
+    sample = Sample(key=key, image=b"", label=(), where=where)
+    if roles.image is None:
+        sample.problem = ("missing", "no image column")
+    else:
+        try:
+            image = get(roles.image)
+            if isinstance(image, np.ndarray):  # decoded pixels (an ndarray or tensor leaf): taken as RGB(A)
+                image = png_from_array(image)
+            if isinstance(image, str) or not isinstance(image, (bytes, bytearray, memoryview)):
+                raise ValueError(f"column {roles.image!r} holds {type(image).__name__}, not image bytes")
+            sample.image = bytes(image)
+            sample.ext = extension_of(sample.image)
+        except ValueError as e:
+            sample.problem = ("unreadable", f"image column {roles.image!r}: {e}")
+    if roles.label is not None:
+        try:
+            sample.label, sample.class_name = labels_of(get(roles.label))
+        except (ValueError, UnicodeDecodeError) as e:
+            sample.problem = sample.problem or ("bad-label", f"label column {roles.label!r}: {e}")
+    if roles.meta is not None:
+        try:
+            meta = get(roles.meta)
+            if isinstance(meta, (str, bytes)):
+                meta = json.loads(meta)
+            sample.with_meta(meta if isinstance(meta, dict) else None)
+        except ValueError as e:  # not export's meta: another column that happens to be called so
+            log.debug("%s: meta ignored (%s)", where, e)
+    return sample
+
+
+def decompress_zstd(data: bytes | memoryview, where: str, compression: str) -> bytes:
+    """A zstd frame (or frames) decompressed, with the ``zstandard`` or the ``zstd`` module.
+
+    Raises:
+        Im2recError: neither module is installed, or the data is not zstd.
+    """
+    module = next((m for m in (optional("zstandard"), optional("zstd")) if m is not None), None)
+    if module is None:
+        raise Im2recError(f"{where}: compressed with {compression}: reading it needs zstandard: pip install zstandard")
+    try:
+        if module.__name__ == "zstandard":  # decompressobj: frames that do not say their size too
+            return bytes(module.ZstdDecompressor().decompressobj().decompress(bytes(data)))
+        return bytes(module.decompress(bytes(data)))
+    except Exception as e:  # zstandard.ZstdError, zstd.Error
+        raise Im2recError(f"{where}: cannot decompress ({compression}): {e}") from None
+
+
+def optional(name: str) -> Any:
+    """The module ``name``, or None when it is not installed."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+# --------------------------------------------------------------------------- writing
+
+
+class Writer:
+    """Writes samples as MDS shards that streaming's ``StreamingDataset`` reads (a ``ShardWriter``).
+
+    A shard is built in memory (at most ``shard_size`` bytes, or one larger sample) and
+    written when the next sample would not fit, as ``MDSWriter`` does with its ``size_limit``.
+    No compression, no hashes.
+    """
+
+    def __init__(self, folder: str, name: str, shard_size: int, meta: DatasetMeta, on_shard: Callable[[str], None]):
+        if not 0 < shard_size <= MAX_SHARD:
+            raise ValueError(f"an MDS shard size must be between 1 and {MAX_SHARD} bytes (uint32 offsets), got {shard_size}")
+        self.folder = folder
+        self.name = name  # MDS names its shards shard.NNNNN.mds whatever the dataset's name
+        self.shard_size = shard_size
+        self.meta = meta
+        self.on_shard = on_shard
+        self.config = {
+            "column_encodings": list(COLUMNS.values()),
+            "column_names": list(COLUMNS),
+            "column_sizes": [None] * len(COLUMNS),
+            "compression": None,
+            "format": "mds",
+            "hashes": [],
+            "size_limit": shard_size,
+            "version": 2,
+        }
+        self.config_data = json.dumps(self.config, sort_keys=True).encode("utf-8")
+        self.shards: list[dict[str, Any]] = []
+        self.pending: list[bytes] = []
+        self.pending_size = 8 + len(self.config_data)
+        self.count = 0
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.close()
+        else:
+            self.abort()
+
+    def write(self, sample: Sample) -> None:
+        """Add one sample; writes the current shard first when the sample would not fit in it."""
+        columns = (
+            sample.image,
+            sample.key.encode("utf-8"),
+            json.dumps(list(sample.label)).encode("utf-8"),  # json.dumps as streaming's JSON encoding: MDSWriter's very bytes
+            json.dumps(sample.meta()).encode("utf-8"),
+        )
+        encoded = b"".join([struct.pack(f"<{len(columns)}I", *map(len, columns)), *columns])
+        if self.pending and self.pending_size + 4 + len(encoded) > self.shard_size:
+            self.flush()
+        if self.pending_size + 4 + len(encoded) > MAX_SHARD:
+            raise Im2recError(f"{sample.key}: a sample of {len(encoded)} bytes does not fit in an MDS shard (uint32 offsets: 4 GiB)")
+        self.pending.append(encoded)
+        self.pending_size += 4 + len(encoded)
+        self.count += 1
+
+    def flush(self) -> None:
+        """Write the samples held as the next shard and pass it to ``on_shard``."""
+        if not self.pending:
+            return
+        n = len(self.pending)
+        sizes = np.fromiter((len(s) for s in self.pending), np.int64, n)
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        offsets += 4 + 4 * (n + 1) + len(self.config_data)
+        basename = shard_name(len(self.shards))
+        path = os.path.join(self.folder, basename)
+        with open(path, "wb") as f:
+            f.write(U32.pack(n))
+            f.write(offsets.astype("<u4").tobytes())
+            f.write(self.config_data)
+            for s in self.pending:
+                f.write(s)
+            size = f.tell()
+        self.shards.append({**self.config, "raw_data": {"basename": basename, "bytes": size, "hashes": {}}, "samples": n, "zip_data": None})
+        self.pending = []
+        self.pending_size = 8 + len(self.config_data)
+        self.on_shard(path)
+
+    def close(self) -> list[str]:
+        """Write the last shard, then ``im2rec.json`` and ``index.json``; return their paths (index last)."""
+        self.flush()
+        meta = dataclasses.replace(self.meta, samples=self.count, shards=[s["raw_data"]["basename"] for s in self.shards], format="mds")
+        meta_path = os.path.join(self.folder, META_NAME)
+        with open(meta_path, "w", encoding="utf-8") as f:
+            f.write(meta.to_json())
+        index_path = os.path.join(self.folder, INDEX_NAME)
+        with open(index_path, "w", encoding="utf-8") as f:
+            json.dump({"shards": self.shards, "version": 2}, f, sort_keys=True)
+        return [meta_path, index_path]
+
+    def abort(self) -> None:
+        """Drop the samples held; the shards written are left for the caller."""
+        self.pending = []
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class Shard:
+    """One shard's entry of ``index.json``, and how to decode its columns."""
+
+    def __init__(self, entry: Mapping[str, Any]):
+        self.entry = entry
+        raw = entry.get("raw_data") or {}
+        zipped = entry.get("zip_data") or None
+        self.basename: str = str(raw.get("basename", ""))
+        self.file: str = str(zipped["basename"]) if zipped else self.basename
+        self.samples = int(entry.get("samples", 0))
+        self.compression: str | None = entry.get("compression") or None
+        self.names: list[str] = list(entry.get("column_names", []))
+        self.encodings: list[str] = list(entry.get("column_encodings", []))
+        self.sizes: list[int | None] = list(entry.get("column_sizes", [None] * len(self.names)))
+        if entry.get("format", "mds") != "mds":
+            raise Im2recError(f"{self.file}: format {entry.get('format')!r}: only MDS shards can be read (not streaming's json, csv or tsv)")
+        if not (len(self.names) == len(self.encodings) == len(self.sizes)):
+            raise Im2recError(f"{INDEX_NAME}: {self.basename}: column_names, column_encodings and column_sizes differ in length")
+
+    def kinds(self) -> dict[str, str]:
+        return {n: e.split(":", 1)[0] for n, e in zip(self.names, self.encodings)}
+
+    def spans(self, data: bytes) -> Iterator[tuple[int, int]]:
+        """``(start, end)`` of each sample in the shard's (decompressed) bytes.
+
+        Raises:
+            Im2recError: the header or an offset lies beyond the file (naming the byte offset).
+        """
+        size = len(data)
+        if size < 4:
+            raise Im2recError(f"{self.file}: {size} bytes: too short for an MDS shard header")
+        (n,) = U32.unpack_from(data, 0)
+        if n != self.samples:
+            raise Im2recError(f"{self.file}: holds {n} samples, {INDEX_NAME} says {self.samples}")
+        head = 4 + 4 * (n + 1)
+        if head > size:
+            raise Im2recError(f"{self.file}: the offsets of {n} samples end at byte {head}, beyond the file's {size} bytes")
+        offsets = np.frombuffer(data, "<u4", n + 1, 4).astype(np.int64)
+        for i in range(n):
+            start, end = int(offsets[i]), int(offsets[i + 1])
+            if not head <= start <= end <= size:
+                raise Im2recError(f"{self.file}: sample {i} at bytes {start}-{end} (offset table at byte {4 + 4 * i}) lies beyond the file's {size} bytes or overlaps the header")
+            yield start, end
+
+    def columns(self, data: bytes, start: int, end: int) -> dict[str, memoryview]:
+        """The raw bytes of each column of the sample at ``data[start:end]``.
+
+        Raises:
+            Im2recError: the column sizes run past the sample (naming the byte offset).
+        """
+        view = memoryview(data)
+        pos = start
+        sizes: list[int] = []
+        for fixed in self.sizes:
+            if fixed:
+                sizes.append(int(fixed))
+            else:
+                if pos + 4 > end:
+                    raise Im2recError(f"{self.file}: the sample at byte {start} is too short for its column sizes")
+                sizes.append(U32.unpack_from(data, pos)[0])
+                pos += 4
+        out: dict[str, memoryview] = {}
+        for name, size in zip(self.names, sizes):
+            if pos + size > end:
+                raise Im2recError(f"{self.file}: column {name!r} of the sample at byte {start} ends at byte {pos + size}, beyond the sample's end at byte {end}")
+            out[name] = view[pos : pos + size]
+            pos += size
+        return out
+
+    def getter(self, data: bytes, start: int, end: int) -> Callable[[str], Any]:
+        """``get(name)``: the value of column ``name`` of the sample at ``data[start:end]``, decoded when asked for."""
+        columns = self.columns(data, start, end)
+        encodings = dict(zip(self.names, self.encodings))
+        return lambda name: decode_column(encodings[name], columns[name])
+
+
+def decode_column(encoding: str, data: memoryview) -> Any:
+    """The value of an MDS column: bytes as stored for bytes/jpeg/png (and a PNG for pil), str,
+    a Python number, JSON, a numpy array for ndarray.
+
+    Raises:
+        ValueError: the encoding is not supported here (pkl: unsafe; lists of images), or the
+            data does not decode.
+    """
+    kind, _, args = encoding.partition(":")
+    if kind in ("bytes", "jpeg", "png"):
+        return bytes(data)
+    if kind == "pil":
+        return png_from_pil_raw(data)
+    if kind == "str":
+        return bytes(data).decode("utf-8")
+    if kind in ("str_int", "str_float", "str_decimal"):
+        text = bytes(data).decode("utf-8")
+        return int(text) if kind == "str_int" else float(text)
+    if kind in SCALARS:
+        dtype = np.dtype(SCALARS[kind])
+        if len(data) != dtype.itemsize:
+            raise ValueError(f"{kind} needs {dtype.itemsize} bytes, got {len(data)}")
+        return np.frombuffer(data, dtype)[0].item()
+    if kind == "json":
+        return json.loads(bytes(data).decode("utf-8"))
+    if kind == "ndarray":
+        return decode_ndarray(args, data)
+    if kind in ("jpeg_array", "jpegarray"):
+        if len(data) < 4:
+            raise ValueError("a jpeg_array needs 4 bytes for its count")
+        (n,) = U32.unpack_from(data, 0)
+        if n != 1:
+            raise ValueError(f"a jpeg_array of {n} images: one image a sample only")
+        (size,) = U32.unpack_from(data, 4)
+        return bytes(data[8 : 8 + size])
+    if kind == "pkl":
+        raise ValueError("pkl (pickle) columns are not read: unpickling runs code")
+    raise ValueError(f"MDS encoding {encoding!r} is not supported")
+
+
+def decode_ndarray(args: str, data: memoryview) -> np.ndarray:
+    """MDS ``ndarray[:dtype[:shape]]``: ``[dtype code]`` unless given, ``[ndim << 2 | shape dtype code]
+    [shape]`` unless given, then the values."""
+    parts = args.split(":") if args else []
+    pos = 0
+    if parts and parts[0]:
+        dtype = parts[0]
+    else:
+        dtype = NDARRAY_DTYPES[data[pos]]
+        pos += 1
+    if len(parts) > 1:
+        shape = tuple(int(x) for x in parts[1].split(","))
+    else:
+        byte = data[pos]
+        pos += 1
+        shape_dtype = np.dtype(NDARRAY_SHAPE_DTYPES[byte & 3])
+        ndim = byte >> 2
+        shape = tuple(np.frombuffer(data[pos : pos + ndim * shape_dtype.itemsize], shape_dtype).tolist())
+        pos += ndim * shape_dtype.itemsize
+    return np.frombuffer(data[pos:], np.dtype(dtype).newbyteorder("<")).reshape(shape)
+
+
+class Reader:
+    """Reads MDS samples in order from a folder or a URL prefix (a ``SampleReader``).
+
+    Each shard is read whole into memory, one at a time. Columns other than export's are
+    mapped by ``pick_roles``; a ``pil`` image is re-encoded as PNG (lossless).
+
+    Raises:
+        Im2recError: (from the constructor) ``index.json`` is missing or not MDS; (from
+            ``samples``) a shard is damaged or compressed with an unsupported algorithm.
+    """
+
+    def __init__(self, src: str, storage_options: Mapping[str, Any] | None = None):
+        self.src = src.rstrip("/") if storage.is_url(src) else src
+        self.storage_options = storage_options
+        try:
+            index = json.loads(self.read(INDEX_NAME))
+        except ValueError as e:
+            raise Im2recError(f"{self.path(INDEX_NAME)}: not JSON: {e}") from None
+        if not isinstance(index, dict) or not isinstance(index.get("shards"), list):
+            raise Im2recError(f"{self.path(INDEX_NAME)}: not an MDS index (no 'shards' list)")
+        if index.get("version", 2) != 2:
+            raise Im2recError(f"{self.path(INDEX_NAME)}: version {index.get('version')}: only version 2 is known")
+        self.shards = [Shard(entry) for entry in index["shards"]]
+        self.meta: DatasetMeta | None = DatasetMeta.from_json(self.read(META_NAME)) if storage.there(self.path(META_NAME), storage_options) else None
+
+    def path(self, name: str) -> str:
+        return storage.join(self.src, name) if storage.is_url(self.src) else os.path.join(self.src, name)
+
+    def read(self, name: str) -> bytes:
+        path = self.path(name)
+        if storage.is_url(path):
+            return storage.read_bytes(path, self.storage_options)
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            raise Im2recError(f"{path}: no such file") from None
+
+    def count(self) -> int:
+        """How many samples, from ``index.json``."""
+        return sum(s.samples for s in self.shards)
+
+    def load(self, shard: Shard) -> bytes:
+        """The shard's bytes, decompressed."""
+        data = self.read(shard.file)
+        if shard.compression:
+            if not shard.compression.split(":")[0] == "zstd":
+                raise Im2recError(f"{shard.file}: compressed with {shard.compression}: only zstd is supported")
+            data = decompress_zstd(data, shard.file, shard.compression)
+        return data
+
+    def class_names(self) -> list[str] | None:
+        """The sorted distinct class names when the label column holds strings (a pass decoding
+        that column only); None when labels are numbers."""
+        names: set[str] = set()
+        for shard in self.shards:
+            roles = pick_roles(shard.kinds())
+            if roles.label is None:
+                return None
+            encoding = shard.encodings[shard.names.index(roles.label)]
+            if encoding.split(":")[0] not in ("str", "json", "bytes"):
+                return None
+            data = self.load(shard)
+            for start, end in shard.spans(data):
+                try:
+                    value = decode_column(encoding, shard.columns(data, start, end)[roles.label])
+                except ValueError:
+                    continue
+                if isinstance(value, bytes):
+                    value = value.decode("utf-8", "replace")
+                if isinstance(value, str):
+                    names.add(value)
+                elif encoding != "json" or value is not None:
+                    return None
+        return sorted(names) or None
+
+    def samples(self, start: int = 0) -> Iterator[Sample]:
+        """The samples from position ``start``, in order; shards before it are not read."""
+        position = 0
+        for shard in self.shards:
+            if position + shard.samples <= start:
+                position += shard.samples
+                continue
+            roles = pick_roles(shard.kinds())
+            data = self.load(shard)
+            for i, (begin, end) in enumerate(shard.spans(data)):
+                if position >= start:
+                    yield build_sample(position, f"{shard.basename}:{i}", roles, shard.getter(data, begin, end))
+                position += 1
