@@ -146,9 +146,22 @@ def test_webdataset_and_wids_read_the_export(data_dir, tmp_path):
         doc = json.loads(s["json"])
         assert doc["label"] == [float(x) for x in header.label] and doc["id"] == header.id and doc["id2"] == header.id2
         assert "cls" not in s  # several labels: no single class
+
+
+@pytest.mark.xdist_group("torch")  # wids imports torch
+def test_wids_reads_the_export_by_its_shard_list(data_dir, tmp_path):
     wids = pytest.importorskip("wids")
-    ds = wids.ShardListDataset(str(tmp_path / "w" / "wids.json"))
-    assert len(ds) == len(samples) and ds[3][".json"].read() if hasattr(ds[3][".json"], "read") else True
+    rec = data_dir / "im2rec_pack_multilabel" / "ml.rec"
+    assert run("export", rec, tmp_path / "w", "--format", "webdataset").exit_code == 0
+    reader = recordio.RecordReader(rec, rec.with_suffix(".idx"))
+    ds = wids.ShardListDataset(str(tmp_path / "w" / "wids.json"), transformations=[], cache_dir=str(tmp_path / "cache"))
+    assert len(ds) == len(reader.keys())
+    for i in (0, 3, len(ds) - 1):
+        key = reader.keys()[i]
+        header, image = recordio.unpack(reader.read(key))
+        sample = ds[i]
+        assert sample["__key__"] == str(key) and sample[".jpg"].read() == image
+        assert json.loads(sample[".json"].read())["label"] == [float(x) for x in header.label]
 
 
 def test_parquet_export_reads_as_plain_columns_and_as_a_hugging_face_dataset(tmp_path, data_dir):
