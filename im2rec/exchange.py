@@ -150,6 +150,9 @@ def _batches(reader: RecordReader, classes: dict[int, str], face: tuple[int, int
         if classes and face is None:
             batch.class_names = [classes.get(int(x[0])) if len(x) == 1 and float(x[0]).is_integer() else None for x in batch.labels]
         yield batch
+        if not reader.remote:  # what was read leaves this process's memory: flat for any file size
+            del batch
+            reader.release(int(offs.min()), int((offs + 8 + heads.length).max()))
 
 
 def _add(batch: Batch, header: recordio.IRHeader, image: bytes) -> None:

@@ -181,12 +181,49 @@ class Writer:
         self._row(sample.key, sample.image, sample.label, sample.meta_json())
 
     def write_batch(self, batch: Batch) -> None:
-        """``write`` for each record of ``batch``, without making Samples."""
-        names = batch.class_names
-        for i, key in enumerate(batch.keys):
-            label = batch.labels[i]
-            identity = int(label[0]) if batch.identities and len(label) == 1 and label[0] == int(label[0]) else None
-            self._row(key, batch.images[i], label, meta_text(label, batch.ids[i], batch.id2s[i], batch.flags[i], names[i] if names is not None else None, identity))
+        """``write`` for each record of ``batch``, without making Samples: its columns made by
+        comprehensions, then cut into row groups and files by their bytes."""
+        keys, images, labels = batch.keys, batch.images, batch.labels
+        n = len(keys)
+        lens = [len(x) for x in images]
+        cls = [int(x[0]) if len(x) == 1 and x[0].is_integer() else -1 for x in labels]
+        paths = [k + (".jpg" if image[:3] == b"\xff\xd8\xff" else "." + extension_of(image)) for k, image in zip(keys, images)]
+        plain = batch.class_names is None and not batch.identities and all(f == (0 if len(x) == 1 else len(x)) for f, x in zip(batch.flags, labels))
+        if plain:
+            metas = [f'{{"id":{a},"id2":{b}}}' for a, b in zip(batch.ids, batch.id2s)]
+        else:
+            names = batch.class_names
+            metas = [
+                meta_text(labels[i], batch.ids[i], batch.id2s[i], batch.flags[i], names[i] if names is not None else None, (cls[i] if cls[i] >= 0 else None) if batch.identities else None)
+                for i in range(n)
+            ]
+        i = 0
+        while i < n:  # rows [i, j) into the open row group: up to its size, or the file's
+            room = min(ROW_GROUP_BYTES - self._bytes, self.shard_size - self._file_bytes - self._bytes)
+            j, used = i, 0
+            while j < n and j - i + len(self._keys) < ROW_GROUP_ROWS and (used + lens[j] + 64 <= room or (j == i and not self._keys)):
+                used += lens[j] + 64
+                j += 1
+            if j == i:  # the group (or the file) is full
+                full_file = self._file_bytes + self._bytes + lens[i] + 64 > self.shard_size
+                self._flush()
+                if full_file:
+                    self._finish_file()
+                continue
+            self._keys += keys[i:j]
+            self._paths += paths[i:j]
+            self._data.append(b"".join(images[i:j]))
+            self._lens += lens[i:j]
+            for x in labels[i:j]:
+                self._labels += x
+            self._label_lens += [len(x) for x in labels[i:j]]
+            self._cls += cls[i:j]
+            self._metas += metas[i:j]
+            self._bytes += used
+            self.samples += j - i
+            i = j
+            if self._bytes >= ROW_GROUP_BYTES or len(self._keys) >= ROW_GROUP_ROWS:
+                self._flush()
 
     def close(self) -> list[str]:
         self._flush()

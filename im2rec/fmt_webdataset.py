@@ -65,28 +65,34 @@ def member_header(name: bytes, size: int) -> bytes:
 
 
 _PADS = [bytes(-n % BLOCK) for n in range(BLOCK)]
+#: A header with an empty name, size 0 and its checksum field as ``member_header`` ends it:
+#: what ``headers`` fills in.
+_HEADER_TEMPLATE = np.frombuffer(bytes(100) + _MID + b"00000000000\0" + _MTIME + b"000000\0 " + _TAIL, np.uint8)
+_OCTAL11 = 3 * np.arange(10, -1, -1)
+_OCTAL6 = 3 * np.arange(5, -1, -1)
 
 
-def headers(names: list[bytes], sizes: list[int]) -> bytes:
+def headers(names: list[bytes], sizes: list[int], as_array: bool = False) -> Any:
     """The ustar headers of regular files ``names`` of ``sizes`` bytes, one after the other:
-    ``member_header`` for many at once, with numpy."""
+    ``member_header`` for many at once, with numpy (``as_array``: as rows of 512 uint8)."""
     m = len(names)
-    h = np.frombuffer(member_header(b"", 0), np.uint8).copy()
-    h[148:156] = 32
-    out = np.tile(h, (m, 1))
+    out = np.empty((m, BLOCK), np.uint8)
     if m == 0:
-        return b""
+        return out if as_array else b""
+    out[:] = _HEADER_TEMPLATE
     if max(map(len, names)) > 100:
         raise ValueError("tar member name longer than 100 bytes")
-    out[:, :100] = np.array(names, dtype="S100").view(np.uint8).reshape(m, 100)
+    name = np.array(names, dtype="S100").view(np.uint8).reshape(m, 100)
+    out[:, :100] = name
     size = np.asarray(sizes, np.int64)
-    if size.max() >= 8**11:
-        return b"".join(member_header(n, s) for n, s in zip(names, sizes))
-    out[:, 124:135] = ((size[:, None] >> (3 * np.arange(10, -1, -1))) & 7) + 48
-    chk = out.sum(axis=1, dtype=np.int64)
-    out[:, 148:154] = ((chk[:, None] >> (3 * np.arange(5, -1, -1))) & 7) + 48
-    out[:, 154] = 0
-    return out.tobytes()  # the zero bytes after a member of n % 512 bytes
+    if size.max() >= 8**11:  # 8 GB and more: the octal field is too small (never an image record)
+        joined = b"".join(member_header(n, s) for n, s in zip(names, sizes))
+        return np.frombuffer(joined, np.uint8).reshape(m, BLOCK) if as_array else joined
+    digits = ((size[:, None] >> _OCTAL11) & 7) + 48
+    out[:, 124:135] = digits
+    chk = _FIXED_SUM + name.sum(axis=1, dtype=np.int64) + digits.sum(axis=1)
+    out[:, 148:154] = ((chk[:, None] >> _OCTAL6) & 7) + 48
+    return out if as_array else out.tobytes()  # the zero bytes after a member of n % 512 bytes
 
 
 def shard_name(name: str, index: int) -> str:
@@ -115,7 +121,7 @@ class Writer:
 
     def _flush(self) -> None:
         if self._pieces and self._file is not None:
-            self._file.write(b"".join(self._pieces))
+            self._file.write(self._pieces[0] if len(self._pieces) == 1 else b"".join(self._pieces))
         self._pieces.clear()
         self._pending = 0
 
@@ -132,50 +138,83 @@ class Writer:
         self._add(sample.key, sample.image, sample.ext, sample.cls, sample.meta_json(with_label=True))
 
     def write_batch(self, batch: Batch) -> None:
-        """``write`` for each record of ``batch``, without making Samples: the members' headers
-        of the whole batch made at once (``headers``), then the pieces joined shard by shard."""
+        """``write`` for each record of ``batch``, without making Samples: the batch's tar bytes
+        are laid out at once in a zeroed array of 512-byte blocks (headers from ``headers``,
+        the small members by rows, the images copied in), then written shard by shard."""
         names = batch.class_names
+        identities = batch.identities
         member_names: list[bytes] = []
         sizes: list[int] = []
-        datas: list[Any] = []
-        first: list[int] = []  # each sample's first member
+        images: list[Any] = []
+        small: list[bytes] = []  # cls and json texts, one block each
+        big: list[int] = []  # members that are images (or texts of more than a block), by member position
+        per_sample: list[int] = []  # members of each sample
+        ids, id2s, flags = batch.ids, batch.id2s, batch.flags
         for i, key in enumerate(batch.keys):
             image, label = batch.images[i], batch.labels[i]
-            cls = int(label[0]) if len(label) == 1 and math.isfinite(label[0]) and label[0] == int(label[0]) else None
-            ext = b"jpg" if image[:3] == b"\xff\xd8\xff" else extension_of(image).encode()
-            meta = meta_text(label, batch.ids[i], batch.id2s[i], batch.flags[i], names[i] if names is not None else None, cls if batch.identities else None, with_label=True).encode()
+            x = label[0] if len(label) == 1 else math.nan
+            cls = int(x) if x.is_integer() else None
             k = key.encode() + b"."
-            first.append(len(sizes))
-            members = [(b"cls", str(cls).encode())] if cls is not None else []
-            members += [(ext, image), (b"json", meta)]
+            if image[:3] == b"\xff\xd8\xff" and cls is not None and not flags[i] and names is None and not identities:
+                # the common case, spelled out: KEY.cls, KEY.jpg, KEY.json, one integer label
+                meta = b'{"label":[%s],"id":%d,"id2":%d}' % (repr(x).encode(), ids[i], id2s[i])
+                per_sample.append(3)
+                cls_text = b"%d" % cls
+                member_names += (k + b"cls", k + b"jpg", k + b"json")
+                sizes += (len(cls_text), len(image), len(meta))
+                small += (cls_text, meta)
+                big.append(len(sizes) - 2)
+                images.append(image)
+                continue
+            ext = extension_of(image).encode()
+            meta = meta_text(label, ids[i], id2s[i], flags[i], names[i] if names is not None else None, cls if identities else None, with_label=True).encode()
+            members = [(b"cls", b"%d" % cls), (ext, image), (b"json", meta)] if cls is not None else [(ext, image), (b"json", meta)]
             if ext > b"json" or (cls is not None and ext < b"cls"):
                 members.sort(key=lambda m: m[0])
-            for x, data in members:
-                member_names.append(k + x)
+            per_sample.append(len(members))
+            for name, data in members:
+                if name is ext or not 0 < len(data) <= BLOCK:
+                    big.append(len(sizes))
+                    images.append(data)
+                else:
+                    small.append(data)
+                member_names.append(k + name)
                 sizes.append(len(data))
-                datas.append(data)
-        first.append(len(sizes))
-        hv = memoryview(headers(member_names, sizes))
-        for i in range(len(batch.keys)):
-            lo, hi = first[i], first[i + 1]
-            size = sum(BLOCK + n + (-n % BLOCK) for n in sizes[lo:hi])
-            if self._file is not None and self._size and self._size + size + len(_END) > self.shard_size:
-                self._finish_shard()
+        size = np.asarray(sizes, np.int64)
+        blocks = 1 + (size + BLOCK - 1) // BLOCK  # header, data
+        start = np.zeros(len(size) + 1, np.int64)
+        np.cumsum(blocks, out=start[1:])
+        out = np.zeros((int(start[-1]), BLOCK), np.uint8)
+        out[start[:-1]] = headers(member_names, sizes, as_array=True)
+        is_big = np.zeros(len(size), bool)
+        is_big[big] = True
+        if small:
+            out[start[:-1][~is_big] + 1] = np.array(small, dtype="S512").view(np.uint8).reshape(-1, BLOCK)
+        flat = memoryview(out.reshape(-1).data)
+        for j, data in zip(big, images):
+            at = (int(start[j]) + 1) * BLOCK
+            flat[at : at + sizes[j]] = data
+        # samples to shards: each sample's bytes, cut where the next would pass the shard size
+        ends = start[np.cumsum(per_sample)] * BLOCK  # where each sample ends in ``out``
+        i, taken = 0, 0  # samples done, bytes of ``out`` done
+        n = len(per_sample)
+        while i < n:
             if self._file is None:
                 self._open()
-            pieces = self._pieces
-            for j in range(lo, hi):
-                pieces.append(hv[j * BLOCK : (j + 1) * BLOCK])
-                pieces.append(datas[j])
-                n = sizes[j] % BLOCK
-                if n:
-                    pieces.append(_PADS[n])
-            self._size += size
-            self._pending += size
-            self.samples += 1
-            self._counts[-1] += 1
-            if self._pending >= 1 << 22:
-                self._flush()
+            room = self.shard_size - len(_END) - self._size
+            last = int(np.searchsorted(ends, taken + room, side="right"))  # samples [i, last) fit
+            if last <= i:
+                if self._size:  # the next sample does not fit: a new shard
+                    self._finish_shard()
+                    continue
+                last = i + 1  # bigger than a shard: a shard of its own
+            stop = int(ends[last - 1])
+            self._pieces.append(flat[taken:stop])
+            self._size += stop - taken
+            self._counts[-1] += last - i
+            self.samples += last - i
+            i, taken = last, stop
+            self._flush()
 
     def _add(self, key: str, image: Any, ext: str, cls: int | None, text: str) -> None:
         """One sample's members, in sorted extension order: ``cls``, the image, ``json``."""
@@ -468,7 +507,7 @@ def _sample(shard: str, key: str, fields: dict[str, Any]) -> Sample:
     doc = None
     if "json" in fields:
         try:
-            doc = json.loads(bytes(fields["json"]))
+            doc = json.loads(str(fields["json"], "utf-8"))
         except ValueError as e:
             sample.problem = ("label", f"its json cannot be read: {e}")
             return sample

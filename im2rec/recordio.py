@@ -137,6 +137,8 @@ class IRHeader(NamedTuple):
 
 
 def _check_id(name: str, value: Any) -> int:
+    if type(value) is int and 0 <= value < 1 << 64:  # the common case, without the ABC check
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"IRHeader.{name} must be an integer, got {value!r}")
     value = int(value)
@@ -272,8 +274,8 @@ def _escape_points(payload: bytes | bytearray) -> list[int]:
     match qualifies; unaligned ones stay in the data.
     """
     if len(payload) >= _NUMPY_SCAN_FROM:
-        words = np.frombuffer(payload, dtype="<u4", count=len(payload) // 4)
-        return (np.flatnonzero(words == MAGIC) * 4).tolist()
+        found = np.frombuffer(payload, dtype="<u4", count=len(payload) // 4) == MAGIC
+        return (np.flatnonzero(found) * 4).tolist() if found.any() else []
     points = []
     i = payload.find(MAGIC_BYTES)
     while i >= 0:
@@ -953,6 +955,16 @@ class RecordReader:
         if self._buffer is None:
             raise TypeError(f"{self.path}: a URL has no memory map")
         return memoryview(self._buffer)
+
+    def release(self, start: int, end: int) -> None:
+        """Tell the system that bytes ``[start, end)`` of a local ``.rec`` will not be read again
+        soon: their pages leave this process's memory (they stay in the page cache), so that a
+        pass over a file larger than memory keeps a flat footprint. A no-op for a URL."""
+        if isinstance(self._buffer, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+            page = mmap.PAGESIZE
+            lo, hi = -(-start // page) * page, min(end, self.size) // page * page
+            if hi > lo:
+                self._buffer.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
     def _head(self, pos: int) -> tuple[int, int]:
         """(magic, lrec) of the part header at ``pos`` (which the caller keeps inside the file)."""
