@@ -10,8 +10,10 @@ per identity: a plain .rec), then, best of --rounds, page cache warm, each in th
 * export --format F: the .rec to F's shards; import --format F: those shards back to a .rec
   (pass-through, the default), checked byte-identical to the input;
 * for mds and litdata, when their packages can be imported (the venv of the peers), their
-  own writers fed from a folder of the same JPEGs (MosaicML's MDSWriter with a 'bytes'
-  column, litdata's optimize): what a user without im2rec would run.
+  own writers fed from a folder of the same JPEGs (`im2rec extract` of the .rec, page cache
+  warm): MosaicML's MDSWriter with the same columns, litdata's optimize (2 workers, its
+  default chunk size as ours): what a user without im2rec would run. Each in a child
+  process (streaming gets a stand-in torchvision, as in bench_train.py).
 
 Each line gives records/s and the ratio to convert (goal: 0.8x for webdataset and parquet,
 both ways). Then peak memory (RSS of a child process running the CLI) for export and import
@@ -31,9 +33,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_faces import build
+from bench_train import TORCHVISION_STUB
 from common import best_of, row
 
-from im2rec import exchange, faces
+from im2rec import exchange, faces, inspection
 from im2rec.image import ImageOptions
 from im2rec.packing import PackOptions
 
@@ -51,12 +54,45 @@ def peak_rss_mb(cmd: list[str]) -> float:
     return int(out.split()[-1]) / 1024
 
 
+def peer_write(fmt: str, folder: Path, out: Path) -> float:
+    """Seconds for the format's own writer to write the images of ``folder`` (``extract``'s
+    layout: LABEL/KEY.jpg, listed in its .lst) to ``out``; run in a child process."""
+    import time
+
+    lst = next(folder.glob("*.lst"))
+    rows = [line.rstrip("\n").split("\t") for line in lst.open()]
+    started = time.perf_counter()
+    if fmt == "mds":
+        from streaming import MDSWriter
+
+        with MDSWriter(out=str(out), columns={"key": "str", "image": "bytes", "label": "int"}, size_limit=64 << 20) as w:
+            for key, label, path in rows:
+                w.write({"key": key, "image": (folder / path).read_bytes(), "label": int(float(label))})
+    else:
+        from litdata import optimize
+
+        optimize(fn=_litdata_item, inputs=[(k, float(lab), str(folder / p)) for k, lab, p in rows], output_dir=str(out), chunk_bytes="64MB", num_workers=2)
+    return time.perf_counter() - started
+
+
+def _litdata_item(row):
+    key, label, path = row
+    with open(path, "rb") as f:
+        return {"key": key, "image": f.read(), "label": int(label)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--images", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default=",".join(FORMATS))
+    ap.add_argument("--peer", help=argparse.SUPPRESS)
+    ap.add_argument("--folder", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.peer:
+        print(peer_write(args.peer, Path(args.folder), Path(args.out)))
+        return
     formats = [f for f in args.only.split(",") if f]
     opts = PackOptions(image=ImageOptions(pass_through=True), overwrite=True)
     with tempfile.TemporaryDirectory(prefix="im2rec-bench-bridges-") as tmp:
@@ -90,6 +126,29 @@ def main() -> None:
             same = filecmp.cmp(src, keep / "back.rec", shallow=False) and filecmp.cmp(d / "plain.idx", keep / "back.idx", shallow=False)
             row(f"export --format {fmt}", n / t_export / 1e3, "k rec/s", t_convert / t_export)
             row(f"import --format {fmt}", n / t_import / 1e3, "k rec/s", t_convert / t_import, note="round trip byte-identical" if same else "ROUND TRIP DIFFERS")
+        peers = [f for f in formats if f in ("mds", "litdata") and (keep / f).exists()]
+        if peers:
+            folder = d / "folder"
+            inspection.extract_rec(str(src), str(folder))
+            stub = d / "stub"
+            for rel, text in TORCHVISION_STUB.items():
+                (stub / "torchvision" / rel).parent.mkdir(parents=True, exist_ok=True)
+                (stub / "torchvision" / rel).write_text(text)
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(stub), str(Path(__file__).resolve().parent.parent)]))
+            for fmt in peers:
+                times = []
+                for _ in range(args.rounds):
+                    out = d / f"peer-{fmt}"
+                    shutil.rmtree(out, ignore_errors=True)
+                    cmd = [sys.executable, __file__, "--peer", fmt, "--folder", str(folder), "--out", str(out)]
+                    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                    if proc.returncode:
+                        row(f"{fmt}'s own writer from a folder", 0, "k rec/s", note=f"failed: {proc.stderr.strip().splitlines()[-1:]}")
+                        break
+                    times.append(float(proc.stdout.split()[-1]))
+                if times:
+                    row(f"{fmt}'s own writer from a folder", n / min(times) / 1e3, "k rec/s", t_convert / min(times))
+            shutil.rmtree(folder)
         quarter = d / "quarter.rec"
         build(quarter, max(1, n // 4))
         for fmt in formats:
