@@ -23,21 +23,40 @@ Each format is a module with a ``Writer`` and a ``Reader`` (see ``ShardWriter`` 
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
+import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+
+from .errors import Im2recError, ImageError
+
+log = logging.getLogger(__name__)
+
 __all__ = [
     "FORMATS",
+    "IMAGE_NAMES",
+    "KEY_NAMES",
+    "LABEL_NAMES",
     "META_NAME",
     "Batch",
     "DatasetMeta",
+    "Roles",
     "Sample",
     "SampleReader",
     "ShardWriter",
+    "build_sample",
+    "decompress_zstd",
     "extension_of",
+    "labels_of",
+    "pick_roles",
+    "png_from_array",
+    "png_from_pil_raw",
 ]
 
 FORMATS = ("webdataset", "parquet", "mds", "litdata")
@@ -282,3 +301,199 @@ class SampleReader(Protocol):
 
 
 OnShard = Callable[[str], None]
+
+
+# --------------------------------------------------------------------------- what other writers wrote
+# The rules every reader follows for samples it did not write: which column (field) is the
+# image, the label, the key, the meta; labels as numbers, lists or class names; raw pixels as PNG.
+
+IMAGE_NAMES = ("image", "img", "jpg", "jpeg", "png", "webp", "x")
+#: encodings (serializer names) that hold an image, for a source without an image column by name
+IMAGE_KINDS = ("jpeg", "png", "jpeg_array", "jpegarray", "pil", "bytes", "image")
+LABEL_NAMES = ("label", "labels", "cls", "class", "target", "y")
+KEY_NAMES = ("key", "__key__")
+META_COLUMN = "meta"
+
+
+@dataclasses.dataclass(frozen=True)
+class Roles:
+    """Which columns of a source hold the image, the label, the key and the meta (None: none)."""
+
+    image: str | None
+    label: str | None
+    key: str | None
+    meta: str | None
+
+
+def pick_roles(kinds: Mapping[str, str]) -> Roles:
+    """The roles of a source's columns, from ``{name: kind}`` in the source's column order.
+
+    ``kind`` is the encoding without its arguments (``jpeg``, ``pil``, ``str``, ``ndarray``...).
+    The image is the first present of ``IMAGE_NAMES``, else the first column of an image kind
+    (``IMAGE_KINDS``); the label the first present of ``LABEL_NAMES``; the key ``key`` or
+    ``__key__``; the meta ``meta``.
+    """
+    image = next((n for n in IMAGE_NAMES if n in kinds), None)
+    if image is None:
+        image = next((n for n, kind in kinds.items() if kind in IMAGE_KINDS and n not in LABEL_NAMES + KEY_NAMES + (META_COLUMN,)), None)
+    label = next((n for n in LABEL_NAMES if n in kinds and n != image), None)
+    key = next((n for n in KEY_NAMES if n in kinds), None)
+    return Roles(image=image, label=label, key=key, meta=META_COLUMN if META_COLUMN in kinds else None)
+
+
+def labels_of(value: Any) -> tuple[tuple[float, ...], str | None]:
+    """``(labels, class name)`` of a label value: a number, a list or array of numbers, or a
+    string (a class name: no labels).
+
+    Raises:
+        ValueError: the value is none of these.
+    """
+    if isinstance(value, bytes):
+        value = value.decode("utf-8")
+    if isinstance(value, str):
+        return (), value
+    if isinstance(value, (bool, np.bool_)) or value is None or isinstance(value, dict):
+        raise ValueError(f"a label must be a number, a list of numbers or a class name, got {type(value).__name__} {value!r:.60}")
+    try:
+        array = np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise ValueError(f"a label must be a number, a list of numbers or a class name, got {value!r:.60}") from None
+    return tuple(float(x) for x in array.ravel()), None
+
+
+def png_from_array(pixels: np.ndarray, order: str = "RGB") -> bytes:
+    """Lossless PNG of decoded pixels (H x W, or H x W x 1, 3 or 4 channels in ``order``: RGB(A) or BGR(A)).
+
+    Raises:
+        ValueError: a shape or dtype PNG cannot hold.
+    """
+    from .image import ImageOptions, encode
+
+    if pixels.dtype not in (np.uint8, np.uint16):
+        raise ValueError(f"pixels of {pixels.dtype} cannot be stored as PNG (uint8 or uint16 only)")
+    if pixels.ndim == 3 and pixels.shape[2] == 1:
+        pixels = pixels[:, :, 0]
+    if not (pixels.ndim == 2 or (pixels.ndim == 3 and pixels.shape[2] in (3, 4))) or pixels.size == 0:
+        raise ValueError(f"pixels of shape {pixels.shape} are not an image")
+    if pixels.ndim == 3 and order == "RGB":
+        pixels = np.ascontiguousarray(pixels[:, :, [2, 1, 0, 3][: pixels.shape[2]]])  # OpenCV writes BGR(A)
+    try:
+        return encode(pixels, ImageOptions(encoding=".png"))
+    except ImageError as e:
+        raise ValueError(str(e)) from None
+
+
+#: PIL mode -> (numpy dtype, channels) of its raw bytes (Image.tobytes()), for the modes PNG holds.
+PIL_MODES = {"L": ("u1", 1), "LA": ("u1", 2), "RGB": ("u1", 3), "RGBA": ("u1", 4), "RGBX": ("u1", 4), "I;16": ("<u2", 1), "I;16B": (">u2", 1)}
+
+
+def png_from_pil_raw(data: bytes | memoryview) -> bytes:
+    """A PIL image stored raw (MDS ``pil``, litdata ``pil``: ``[width, height, len(mode)]`` as
+    uint32, the mode's name, then ``Image.tobytes()``) as a lossless PNG, through OpenCV.
+
+    The raw pixels are not a file: re-encoding them losslessly is the only way to make a
+    payload of them; decoding the PNG gives back the very same pixels.
+
+    Raises:
+        ValueError: the data is too short for its size, or the mode has no PNG equivalent
+            (``P``: the palette is not stored; ``F``, ``I``, ``CMYK``...).
+    """
+    if len(data) < 12:
+        raise ValueError(f"a raw PIL image needs a 12-byte header, got {len(data)} bytes")
+    width, height, mode_size = np.frombuffer(data[:12], "<u4").tolist()
+    mode = bytes(data[12 : 12 + mode_size]).decode("utf-8", "replace")
+    raw = data[12 + mode_size :]
+    if mode == "1":  # one bit a pixel, each row padded to a byte
+        rows = np.frombuffer(raw, np.uint8)
+        stride = (width + 7) // 8
+        if rows.size != stride * height:
+            raise ValueError(f"a {width}x{height} PIL image of mode 1 needs {stride * height} bytes, got {rows.size}")
+        pixels = np.unpackbits(rows.reshape(height, stride), axis=1)[:, :width] * np.uint8(255)
+        return png_from_array(pixels)
+    if mode not in PIL_MODES:
+        raise ValueError(f"PIL mode {mode!r} has no lossless PNG equivalent (L, LA, RGB, RGBA, 1, I;16 do)")
+    dtype, channels = PIL_MODES[mode]
+    values = np.frombuffer(raw, np.dtype(dtype))
+    if values.size != width * height * channels:
+        raise ValueError(f"a {width}x{height} PIL image of mode {mode} needs {width * height * channels} values, got {values.size}")
+    pixels = values.reshape(height, width, channels).astype(values.dtype.newbyteorder("="))
+    if mode == "LA":  # PNG's gray + alpha is not an OpenCV layout: write it as BGRA
+        pixels = np.dstack([pixels[:, :, 0]] * 3 + [pixels[:, :, 1]])
+    elif mode == "RGBX":
+        pixels = pixels[:, :, :3]
+    return png_from_array(pixels)
+
+
+def build_sample(
+    position: int,
+    where: str,
+    roles: Roles,
+    get: Callable[[str], Any],
+) -> Sample:
+    """The Sample of one source sample whose columns ``get(name)`` decodes (a value, or raises
+    ``ValueError`` with the reason it cannot): a missing image or an unreadable label becomes
+    the Sample's ``problem``, never an exception.
+
+    The image value is bytes (stored as they are), or already a PNG the reader made; the
+    label a value ``labels_of`` reads; ``meta`` a dict or JSON text as ``export`` writes it.
+    """
+    key = str(position)
+    if roles.key is not None:
+        try:
+            value = get(roles.key)
+            key = value.decode("utf-8") if isinstance(value, bytes) else str(value)
+        except (ValueError, UnicodeDecodeError) as e:
+            log.debug("%s: key unreadable (%s), using the position", where, e)
+    sample = Sample(key=key, image=b"", label=(), where=where)
+    if roles.image is None:
+        sample.problem = ("missing", "no image column")
+    else:
+        try:
+            image = get(roles.image)
+            if isinstance(image, np.ndarray):  # decoded pixels (an ndarray or tensor leaf): taken as RGB(A)
+                image = png_from_array(image)
+            if isinstance(image, str) or not isinstance(image, (bytes, bytearray, memoryview)):
+                raise ValueError(f"column {roles.image!r} holds {type(image).__name__}, not image bytes")
+            sample.image = bytes(image)
+            sample.ext = extension_of(sample.image)
+        except ValueError as e:
+            sample.problem = ("unreadable", f"image column {roles.image!r}: {e}")
+    if roles.label is not None:
+        try:
+            sample.label, sample.class_name = labels_of(get(roles.label))
+        except (ValueError, UnicodeDecodeError) as e:
+            sample.problem = sample.problem or ("bad-label", f"label column {roles.label!r}: {e}")
+    if roles.meta is not None:
+        try:
+            meta = get(roles.meta)
+            if isinstance(meta, (str, bytes)):
+                meta = json.loads(meta)
+            sample.with_meta(meta if isinstance(meta, dict) else None)
+        except ValueError as e:  # not export's meta: another column that happens to be called so
+            log.debug("%s: meta ignored (%s)", where, e)
+    return sample
+
+
+def decompress_zstd(data: bytes | memoryview, where: str, compression: str) -> bytes:
+    """A zstd frame (or frames) decompressed, with the ``zstandard`` or the ``zstd`` module.
+
+    Raises:
+        Im2recError: neither module is installed, or the data is not zstd.
+    """
+    module = next((m for m in (optional("zstandard"), optional("zstd")) if m is not None), None)
+    if module is None:
+        raise Im2recError(f"{where}: compressed with {compression}: reading it needs zstandard: pip install zstandard")
+    try:
+        if module.__name__ == "zstandard":  # decompressobj: frames that do not say their size too
+            return bytes(module.ZstdDecompressor().decompressobj().decompress(bytes(data)))
+        return bytes(module.decompress(bytes(data)))
+    except Exception as e:  # zstandard.ZstdError, zstd.Error
+        raise Im2recError(f"{where}: cannot decompress ({compression}): {e}") from None
+
+
+def optional(name: str) -> Any:
+    """The module ``name``, or None when it is not installed."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None

@@ -33,7 +33,7 @@ import numpy as np
 from . import recordio, storage
 from .bridges import FORMATS, Batch, DatasetMeta, Sample, default_flag
 from .errors import Im2recError, OptionError, OutputExistsError
-from .fsutil import atomic_open, make_parents
+from .fsutil import atomic_open, make_parents, start_writeback
 from .packing import Checked, PackOptions, PackSummary, Progress, Task, pack_source
 from .recordio import IRHEADER_SIZE, RecordReader, idx_path_of, insightface_header, read_headers, unpack
 
@@ -193,10 +193,12 @@ class _Out:
         return storage.join(self.out, name) if self.remote else os.path.join(self.out, name)
 
     def shard_done(self, path: str) -> None:
-        if self.remote:
-            storage.upload(path, self.shown(path), self.options)
-            self.uploaded.append(os.path.relpath(path, self.folder))
-            os.remove(path)
+        if not self.remote:
+            start_writeback(path)  # its disk writes start now, so that the fsync at the end is short
+            return
+        storage.upload(path, self.shown(path), self.options)
+        self.uploaded.append(os.path.relpath(path, self.folder))
+        os.remove(path)
 
     def commit(self, last: list[str]) -> None:
         if self.remote:
@@ -330,11 +332,11 @@ class SampleSource:
         if not values and sample.class_name is not None:
             values = (float(self.class_ids[sample.class_name]),) if sample.class_name in self.class_ids else ()
             if not values and sample.problem is None:
-                data = ("label", f"class {sample.class_name!r} has no id")
+                data = ("bad-label", f"class {sample.class_name!r} has no id")
         flag = sample.flag if sample.flag is not None else default_flag(values)
         label = values[0] if flag == 0 and len(values) == 1 else tuple(values)
         if not values and not isinstance(data, tuple):
-            data = ("label", "no label")
+            data = ("bad-label", "no label")
         return Task(seq, index, label, sample.where, sample.where, data, sample.id if self.keyed else None, sample.id2 if self.keyed else 0)
 
     def tasks(self, start: int, stop: int | None, summary: PackSummary | None) -> Iterator[Task]:

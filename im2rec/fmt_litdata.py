@@ -29,7 +29,7 @@ A chunk ``chunk-R-N.bin`` (R the writer's rank, N its chunk number)::
     the zstd frames
 
 ``export`` writes the items ``{"key": str, "image": bytes, "label": float32 array,
-"meta": JSON str}``; ``import`` maps other fields by ``fmt_mds.pick_roles``.
+"meta": JSON str}``; ``import`` maps other fields by ``bridges.pick_roles``.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ from typing import Any
 import numpy as np
 
 from . import storage
-from .bridges import META_NAME, DatasetMeta, Sample
+from .bridges import META_NAME, DatasetMeta, Sample, build_sample, decompress_zstd, pick_roles, png_from_pil_raw
 from .errors import Im2recError
-from .fmt_mds import U32, build_sample, decode_column, decompress_zstd, pick_roles, png_from_pil_raw
+from .fmt_mds import U32, decode_column
 
 __all__ = ["INDEX_NAME", "MISSING_LITDATA", "Reader", "Writer", "decode_leaf", "leaf_names"]
 

@@ -33,16 +33,14 @@ from typing import Any
 import numpy as np
 
 from . import storage
-from .bridges import META_NAME, Batch, DatasetMeta, OnShard, Sample, extension_of, meta_text
+from .bridges import IMAGE_NAMES, KEY_NAMES, LABEL_NAMES, META_NAME, Batch, DatasetMeta, OnShard, Sample, extension_of, labels_of, meta_text
 from .errors import Im2recError
+from .fsutil import start_writeback
 
 __all__ = ["ROW_GROUP_BYTES", "ROW_GROUP_ROWS", "Reader", "Writer", "pyarrow"]
 
 ROW_GROUP_BYTES = 32 << 20
 ROW_GROUP_ROWS = 10_000
-_IMAGE_COLUMNS = ("image", "img", "jpg", "jpeg", "png", "webp", "picture", "photo")
-_LABEL_COLUMNS = ("label", "labels", "cls", "class", "target", "y", "identity")
-_KEY_COLUMNS = ("key", "__key__", "id", "image_id", "filename", "file_name")
 
 
 def pyarrow() -> Any:
@@ -142,6 +140,7 @@ class Writer:
         if self._writer is None:
             self._open()
         self._writer.write_batch(batch)
+        start_writeback(self._path)  # the disk writes start as the file grows: a short fsync at the end
         self._file_bytes += self._bytes
         self._clear()
         if self._file_bytes >= self.shard_size:
@@ -267,16 +266,16 @@ class Reader:
         if b"im2rec" in kv:
             self.meta = DatasetMeta.from_json(kv[b"im2rec"])
         names = schema.names
-        self.image = _column(names, _IMAGE_COLUMNS)
+        self.image = _column(names, IMAGE_NAMES)
         if self.image is None:  # the first binary column, or struct with bytes
             for f in schema:
                 if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type) or (pa.types.is_struct(f.type) and f.type.get_field_index("bytes") >= 0):
                     self.image = f.name
                     break
         if self.image is None:
-            raise Im2recError(f"{self.files[0]}: no image column (looked for {', '.join(_IMAGE_COLUMNS)}, or a binary column); columns: {', '.join(names)}")
-        self.label = _column(names, _LABEL_COLUMNS)
-        self.key = _column(names, _KEY_COLUMNS)
+            raise Im2recError(f"{self.files[0]}: no image column (looked for {', '.join(IMAGE_NAMES)}, or a binary column); columns: {', '.join(names)}")
+        self.label = _column(names, LABEL_NAMES)
+        self.key = _column(names, KEY_NAMES)
         self.meta_column = "meta" if "meta" in names else None
         self.label_names: list[str] | None = None
         if b"huggingface" in kv and self.label is not None:
@@ -383,20 +382,20 @@ class Reader:
             sample.ext = extension_of(data)
             label = labels[i] if labels is not None else None
             if label is None:
-                sample.problem = ("label", f"no label (no {', '.join(_LABEL_COLUMNS)} column)" if self.label is None else f"{self.label} is null")
+                sample.problem = ("bad-label", f"no label (no {', '.join(LABEL_NAMES)} column)" if self.label is None else f"{self.label} is null")
                 yield sample
                 continue
-            if isinstance(label, str):
-                sample.class_name = label
-            elif isinstance(label, (list, tuple)):
-                sample.label = tuple(float(x) for x in label)
-            else:
-                sample.label = (float(label),)
-                if self.label_names is not None and isinstance(label, int) and 0 <= label < len(self.label_names):
-                    sample.class_name = self.label_names[label]
+            try:
+                sample.label, sample.class_name = labels_of(label)
+            except ValueError as e:
+                sample.problem = ("bad-label", f"{self.label}: {e}")
+                yield sample
+                continue
+            if self.label_names is not None and isinstance(label, int) and 0 <= label < len(self.label_names):
+                sample.class_name = self.label_names[label]
             if metas is not None and metas[i]:
                 try:
                     sample.with_meta(metas[i])
                 except ValueError as e:
-                    sample.problem = ("label", f"its meta cannot be read: {e}")
+                    sample.problem = ("bad-label", f"its meta cannot be read: {e}")
             yield sample

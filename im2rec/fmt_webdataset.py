@@ -37,6 +37,7 @@ import numpy as np
 from . import storage
 from .bridges import META_NAME, Batch, DatasetMeta, OnShard, Sample, extension_of, meta_text
 from .errors import Im2recError
+from .fsutil import WriteBehind
 
 __all__ = ["Reader", "Writer", "shard_name"]
 
@@ -117,11 +118,13 @@ class Writer:
         self.meta.shards.append(os.path.basename(self._path))
         self._counts.append(0)
         self._file = open(self._path, "wb")  # noqa: SIM115 (open across write calls, closed by _finish_shard)
+        self._write_behind = WriteBehind(self._file)  # the disk writes start as the shard grows: a short fsync at the end
         self._size = 0
 
     def _flush(self) -> None:
         if self._pieces and self._file is not None:
             self._file.write(self._pieces[0] if len(self._pieces) == 1 else b"".join(self._pieces))
+            self._write_behind(self._file.tell())
         self._pieces.clear()
         self._pending = 0
 
@@ -509,12 +512,12 @@ def _sample(shard: str, key: str, fields: dict[str, Any]) -> Sample:
         try:
             doc = json.loads(str(fields["json"], "utf-8"))
         except ValueError as e:
-            sample.problem = ("label", f"its json cannot be read: {e}")
+            sample.problem = ("bad-label", f"its json cannot be read: {e}")
             return sample
     try:
         label = _label_field(fields, doc)
     except (ValueError, TypeError) as e:
-        sample.problem = ("label", f"cannot read its label: {e}")
+        sample.problem = ("bad-label", f"cannot read its label: {e}")
         return sample
     if isinstance(label, str):
         sample.class_name = label
@@ -523,7 +526,7 @@ def _sample(shard: str, key: str, fields: dict[str, Any]) -> Sample:
     elif label is not None:
         sample.label = (label,)
     else:
-        sample.problem = ("label", f"no label (no json 'label', no {', '.join(_LABEL_EXTS)} field)")
+        sample.problem = ("bad-label", f"no label (no json 'label', no {', '.join(_LABEL_EXTS)} field)")
         return sample
     if isinstance(doc, dict):
         sample.with_meta(doc)

@@ -140,6 +140,13 @@ def real_size_folders() -> dict:
 # --------------------------------------------------------------------------- a loopback S3
 
 
+def forget_s3_clients() -> None:
+    with contextlib.suppress(ImportError):
+        import s3fs
+
+        s3fs.S3FileSystem.clear_instance_cache()
+
+
 @contextmanager
 def s3_endpoint():
     """A moto S3 server on 127.0.0.1, with the environment (``AWS_ENDPOINT_URL``, keys) pointing
@@ -152,10 +159,12 @@ def s3_endpoint():
     endpoint = f"http://{host}:{port}"
     saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")}
     os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=endpoint)
+    forget_s3_clients()  # fsspec caches filesystems by their options, not by the endpoint the environment names
     try:
         yield endpoint
     finally:
         server.stop()
+        forget_s3_clients()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

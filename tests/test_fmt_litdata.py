@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import s3_endpoint
 
-from im2rec import fmt_mds
+from im2rec import bridges
 from im2rec.bridges import DatasetMeta, Sample
 from im2rec.errors import Im2recError
 from im2rec.fmt_litdata import Reader, Writer
@@ -182,7 +182,7 @@ def test_zstd_missing_and_damaged_chunks_are_one_clear_error(litdata, tmp_path, 
     writer.add_item(0, {"image": b"abc", "label": np.ones(2, np.float32)})  # an array: not an Arrow row
     writer.done()
     writer.merge(1)
-    monkeypatch.setattr(fmt_mds, "optional", lambda name: None)
+    monkeypatch.setattr(bridges, "optional", lambda name: None)
     with pytest.raises(Im2recError) as e:
         list(Reader(str(tmp_path / "z")).samples())
     assert str(e.value) == "chunk-0-0.zstd.bin: compressed with zstd: reading it needs zstandard: pip install zstandard"

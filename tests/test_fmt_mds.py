@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import s3_endpoint
 
-from im2rec import fmt_mds
+from im2rec import bridges, fmt_mds
 from im2rec.bridges import DatasetMeta, Sample
 from im2rec.errors import Im2recError
 from im2rec.fmt_mds import Reader, Writer
@@ -174,7 +174,7 @@ def test_zstd_shards_are_read_and_a_missing_module_is_one_clear_error(tmp_path, 
     (tmp_path / "index.json").write_text(json.dumps(index, sort_keys=True))
     for a, b in zip(samples, Reader(str(tmp_path)).samples()):
         same(a, b)
-    monkeypatch.setattr(fmt_mds, "optional", lambda name: None)
+    monkeypatch.setattr(bridges, "optional", lambda name: None)
     with pytest.raises(Im2recError) as e:
         next(Reader(str(tmp_path)).samples())
     assert str(e.value) == "shard.00000.mds.zstd: compressed with zstd: reading it needs zstandard: pip install zstandard"

@@ -583,7 +583,10 @@ def test_every_url_output_goes_to_the_store(s3, data_dir, tmp_path, monkeypatch)
         ("combined", ["index", "--combined", f"{w}/combined/c.idx", rec, rec], ["index", "--combined", "local/c.idx", rec, rec], ["c.idx"]),
         ("bin-extract", ["bin", "extract", face / "py3.bin", f"{w}/bin-extract/pairs"], ["bin", "extract", face / "py3.bin", "local/pairs"], None),
         ("bin-build", ["bin", "build", face / "pairs" / "pairs.tsv", face / "pairs", f"{w}/bin-build/b.bin"], ["bin", "build", face / "pairs" / "pairs.tsv", face / "pairs", "local/b.bin"], ["b.bin"]),
+        ("export", ["export", rec, f"{w}/export", "--format", "webdataset"], ["export", rec, "local", "--format", "webdataset"], ["all-000000.tar", "im2rec.json", "wids.json"]),
+        ("import", ["import", f"{w}/export", f"{w}/import/all.rec", "--format", "webdataset"], ["import", "wds", "local/all.rec", "--format", "webdataset"], ["all.failed.tsv", "all.idx", "all.rec"]),
     ]
+    assert run("export", rec, "wds", "--format", "webdataset").exit_code == 0  # the local source of the import case
     for name, remote, local, expected in cases:
         result = run(*remote)
         assert result.exit_code == 0, (name, result.output)
@@ -633,6 +636,7 @@ def test_every_url_input_is_read_or_refused_in_words(s3, data_dir, tmp_path, mon
         (["bin", "extract", "s3://data/faces/py3.bin", "a/pairs"], ["bin", "extract", face / "py3.bin", "b/pairs"], "pairs/pairs.tsv"),
         (["bin", "build", "s3://data/faces/pairs.tsv", face / "pairs", "a/x.bin"], ["bin", "build", face / "pairs" / "pairs.tsv", face / "pairs", "b/x.bin"], "x.bin"),
         (["inspect", "s3://data/all.rec", "--grid", "a/s.png", "--samples", "4", "--classes", "s3://data/classes.tsv"], ["inspect", "s3://data/all.rec", "--grid", "b/s.png", "--samples", "4", "--classes", tmp_path / "classes.tsv"], "s.png"),
+        (["export", "s3://data/faces/train.rec", "a/w", "--format", "webdataset"], ["export", face / "train.rec", "b/w", "--format", "webdataset"], "w/train-000000.tar"),
     ]
     for n, (remote, local, output) in enumerate(read):
         (tmp_path / f"case{n}").mkdir()
