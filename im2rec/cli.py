@@ -262,7 +262,7 @@ class _Bar(packing.Progress):
         if self.enabled:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, initial=done, unit="img", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+            self.bar = tqdm(total=total or None, initial=done, unit="img", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)  # 0: an import of unknown length
 
     def update(self, result: packing.Result) -> None:
         if self.bar is None:

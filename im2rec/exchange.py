@@ -256,6 +256,8 @@ def export_rec(
         readers.append(RecordReader(rec, idx, storage_options=storage_options))
     faces = [insightface_header(r) for r in readers]
     layout = "insightface" if all(f is not None for f in faces) else "plain"
+    if layout == "plain":  # every record, header and identity records of insightface parts included
+        faces = [None] * len(readers)
     name = posixpath.basename(src.rstrip("/"))
     name = name.removesuffix(".json").removesuffix(".shards").removesuffix(".rec") or "data"
     meta = DatasetMeta(source=src, layout=layout, classes=_classes(src, storage_options), format=fmt)
@@ -275,7 +277,7 @@ def export_rec(
         for reader, face in zip(readers, faces):
             if face is not None:
                 summary.skipped += 1 + face[1] - face[0]
-            for batch in _batches(reader, meta.classes, face if layout == "insightface" else None):
+            for batch in _batches(reader, meta.classes, face):
                 summary.bytes += sum(map(len, batch.images))
                 if write_batch is not None:
                     write_batch(batch)

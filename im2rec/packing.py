@@ -967,7 +967,7 @@ def write_stats(path: str, summary: PackSummary, options: PackOptions, argv: lis
         "im2rec": __version__,
         "argv": argv,
         "list": s.lst if storage.is_url(s.lst) else os.path.abspath(s.lst),
-        "root": s.root if storage.is_url(s.root) else os.path.abspath(s.root),
+        "root": s.root if storage.is_url(s.root) or not s.root else os.path.abspath(s.root),  # "" for an import
         "options": dataclasses.asdict(options),
         "complete": s.complete,
         "counts": {"images": s.images, "packed": s.packed, "failed": s.failed, "failed_by_reason": dict(sorted(s.failures.items()))},
