@@ -24,16 +24,19 @@ Each format is a module with a ``Writer`` and a ``Reader`` (see ``ShardWriter`` 
 from __future__ import annotations
 
 import dataclasses
+import glob
 import importlib
 import json
 import logging
 import math
+import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
+from . import storage
 from .errors import Im2recError, ImageError
 
 log = logging.getLogger(__name__)
@@ -53,10 +56,15 @@ __all__ = [
     "build_sample",
     "decompress_zstd",
     "extension_of",
+    "in_folder",
     "labels_of",
     "pick_roles",
     "png_from_array",
     "png_from_pil_raw",
+    "read_file",
+    "read_meta",
+    "shard_files",
+    "source_folder",
 ]
 
 FORMATS = ("webdataset", "parquet", "mds", "litdata")
@@ -236,6 +244,13 @@ class DatasetMeta:
         }
         return json.dumps(d, indent=1) + "\n"
 
+    def write(self, folder: str) -> str:
+        """Write ``folder/im2rec.json`` (a local folder); returns its path."""
+        path = os.path.join(folder, META_NAME)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.to_json())
+        return path
+
     @classmethod
     def from_json(cls, text: str | bytes) -> DatasetMeta:
         d = json.loads(text)
@@ -248,6 +263,66 @@ class DatasetMeta:
             shards=list(d.get("shards", [])),
             format=d.get("format", ""),
         )
+
+
+def in_folder(folder: str, name: str) -> str:
+    """``folder/name`` for a local folder or a URL prefix."""
+    return storage.join(folder, name) if storage.is_url(folder) else os.path.join(folder, name)
+
+
+def read_file(path: str, storage_options: Mapping[str, Any] | None = None) -> bytes:
+    """The bytes of a small file of a source (an index, ``im2rec.json``), local or a URL.
+
+    Raises:
+        Im2recError: it is not there ("no such file", "no such object").
+    """
+    if not storage.there(path, storage_options):
+        raise Im2recError(storage.missing(path))
+    return storage.read_any(path, storage_options)
+
+
+def read_meta(folder: str, storage_options: Mapping[str, Any] | None = None) -> DatasetMeta | None:
+    """``folder/im2rec.json``, when an export wrote one there."""
+    path = in_folder(folder, META_NAME)
+    return DatasetMeta.from_json(storage.read_any(path, storage_options)) if storage.there(path, storage_options) else None
+
+
+def shard_files(src: str, ext: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """The shard files a reader reads, in name order: ``src`` itself when it ends with ``ext``
+    (``.tar``, ``.parquet``), the files ending with ``ext`` in the folder (or URL prefix)
+    ``src``, or those a glob (``*``, ``?``, ``[``) matches.
+
+    Raises:
+        Im2recError: nothing there, or nothing matches.
+    """
+    if any(c in src.split("://", 1)[-1] for c in "*?["):
+        if storage.is_url(src):
+            return storage.expand([src], storage_options)
+        found = sorted(glob.glob(src))
+        if not found:
+            raise Im2recError(f"{src}: no file matches")
+        return found
+    if src.endswith(ext):
+        if not storage.there(src, storage_options):
+            raise Im2recError(storage.missing(src))
+        return [src]
+    if storage.is_url(src):
+        names = storage.list_files(src, recursive=False, storage_options=storage_options)
+    elif os.path.isdir(src):
+        names = os.listdir(src)
+    else:
+        raise Im2recError(f"{src}: no such folder or {ext} file")
+    files = [in_folder(src, n) for n in sorted(names) if n.endswith(ext)]
+    if not files:
+        raise Im2recError(f"{src}: no {ext} file there")
+    return files
+
+
+def source_folder(src: str) -> str:
+    """The folder of a source given as a folder, a shard file or a glob: where ``im2rec.json`` is."""
+    if any(c in src.split("://", 1)[-1] for c in "*?[") or os.path.splitext(src.rstrip("/"))[1] in (".tar", ".parquet"):
+        return src.rsplit("/", 1)[0] if "/" in src else "."
+    return src
 
 
 class ShardWriter(Protocol):

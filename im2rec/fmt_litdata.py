@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from . import storage
-from .bridges import META_NAME, DatasetMeta, Sample, build_sample, decompress_zstd, pick_roles, png_from_pil_raw
+from .bridges import DatasetMeta, Sample, build_sample, decompress_zstd, in_folder, pick_roles, png_from_pil_raw, read_file, read_meta
 from .errors import Im2recError
 from .fmt_mds import U32, decode_column
 
@@ -102,15 +102,6 @@ class Writer:
         self.count = 0
         self.digest = hashlib.blake2b(digest_size=16)
 
-    def __enter__(self) -> Writer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if exc[0] is None:
-            self.close()
-        else:
-            self.abort()
-
     def write(self, sample: Sample) -> None:
         """Add one sample; a chunk that this completes is written and passed to ``on_shard``."""
         image = bytes(sample.image)
@@ -141,9 +132,7 @@ class Writer:
         # keeps the index deterministic and still tells a changed dataset from the one cached
         index = {"chunks": chunks, "config": config or self.writer.get_config(), "updated_at": self.digest.hexdigest()}
         meta = dataclasses.replace(self.meta, samples=self.count, shards=[c["filename"] for c in chunks], format="litdata")
-        meta_path = os.path.join(self.folder, META_NAME)
-        with open(meta_path, "w", encoding="utf-8") as f:
-            f.write(meta.to_json())
+        meta_path = meta.write(self.folder)
         index_path = os.path.join(self.folder, INDEX_NAME)
         with open(index_path, "w", encoding="utf-8") as f:
             json.dump(index, f, sort_keys=True)
@@ -407,20 +396,13 @@ class Reader:
             raise Im2recError(f"{where}: data_spec has {len(self.names)} leaves, data_format {len(self.formats)}")
         self.chunks: list[dict[str, Any]] = index["chunks"]
         self.roles = pick_roles({n: f.split(":", 1)[0] for n, f in zip(self.names, self.formats)})
-        self.meta: DatasetMeta | None = DatasetMeta.from_json(self.read(META_NAME)) if storage.there(self.path(META_NAME), storage_options) else None
+        self.meta: DatasetMeta | None = read_meta(self.src, storage_options)
 
     def path(self, name: str) -> str:
-        return storage.join(self.src, name) if storage.is_url(self.src) else os.path.join(self.src, name)
+        return in_folder(self.src, name)
 
     def read(self, name: str) -> bytes:
-        path = self.path(name)
-        if storage.is_url(path):
-            return storage.read_bytes(path, self.storage_options)
-        try:
-            with open(path, "rb") as f:
-                return f.read()
-        except FileNotFoundError:
-            raise Im2recError(f"{path}: no such file") from None
+        return read_file(self.path(name), self.storage_options)
 
     def count(self) -> int:
         """How many samples, from ``index.json``."""

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from . import storage
-from .bridges import META_NAME, DatasetMeta, Sample, build_sample, decompress_zstd, pick_roles, png_from_pil_raw
+from .bridges import DatasetMeta, Sample, build_sample, decompress_zstd, in_folder, pick_roles, png_from_pil_raw, read_file, read_meta
 from .errors import Im2recError
 
 __all__ = [
@@ -121,15 +121,6 @@ class Writer:
         self.pending_size = 8 + len(self.config_data)
         self.count = 0
 
-    def __enter__(self) -> Writer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if exc[0] is None:
-            self.close()
-        else:
-            self.abort()
-
     def write(self, sample: Sample) -> None:
         """Add one sample; writes the current shard first when the sample would not fit in it."""
         columns = (
@@ -174,9 +165,7 @@ class Writer:
         """Write the last shard, then ``im2rec.json`` and ``index.json``; return their paths (index last)."""
         self.flush()
         meta = dataclasses.replace(self.meta, samples=self.count, shards=[s["raw_data"]["basename"] for s in self.shards], format="mds")
-        meta_path = os.path.join(self.folder, META_NAME)
-        with open(meta_path, "w", encoding="utf-8") as f:
-            f.write(meta.to_json())
+        meta_path = meta.write(self.folder)
         index_path = os.path.join(self.folder, INDEX_NAME)
         with open(index_path, "w", encoding="utf-8") as f:
             json.dump({"shards": self.shards, "version": 2}, f, sort_keys=True)
@@ -351,20 +340,13 @@ class Reader:
         if index.get("version", 2) != 2:
             raise Im2recError(f"{self.path(INDEX_NAME)}: version {index.get('version')}: only version 2 is known")
         self.shards = [Shard(entry) for entry in index["shards"]]
-        self.meta: DatasetMeta | None = DatasetMeta.from_json(self.read(META_NAME)) if storage.there(self.path(META_NAME), storage_options) else None
+        self.meta: DatasetMeta | None = read_meta(self.src, storage_options)
 
     def path(self, name: str) -> str:
-        return storage.join(self.src, name) if storage.is_url(self.src) else os.path.join(self.src, name)
+        return in_folder(self.src, name)
 
     def read(self, name: str) -> bytes:
-        path = self.path(name)
-        if storage.is_url(path):
-            return storage.read_bytes(path, self.storage_options)
-        try:
-            with open(path, "rb") as f:
-                return f.read()
-        except FileNotFoundError:
-            raise Im2recError(f"{path}: no such file") from None
+        return read_file(self.path(name), self.storage_options)
 
     def count(self) -> int:
         """How many samples, from ``index.json``."""

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from . import storage
-from .bridges import IMAGE_NAMES, KEY_NAMES, LABEL_NAMES, META_NAME, Batch, DatasetMeta, OnShard, Sample, extension_of, labels_of, meta_text
+from .bridges import IMAGE_NAMES, KEY_NAMES, LABEL_NAMES, Batch, DatasetMeta, OnShard, Sample, extension_of, labels_of, meta_text, read_meta, shard_files, source_folder
 from .errors import Im2recError
 from .fsutil import start_writeback
 
@@ -229,9 +229,7 @@ class Writer:
         self._finish_file()
         self.meta.samples = self.samples
         self.meta.format = "parquet"
-        meta_path = os.path.join(self.folder, META_NAME)
-        with open(meta_path, "w", encoding="utf-8") as f:
-            f.write(self.meta.to_json())
+        meta_path = self.meta.write(self.folder)
         return [meta_path]
 
     def abort(self) -> None:
@@ -258,13 +256,14 @@ class Reader:
         pa = pyarrow()
         self.pa, self.pq = pa, pa.parquet
         self.src, self.storage_options = src, storage_options
-        self.files = self._files(src)
+        self.files = shard_files(src, ".parquet", storage_options)
         self.meta: DatasetMeta | None = None
         first = self.pq.ParquetFile(self._open(self.files[0]))
         schema = first.schema_arrow
         kv = schema.metadata or {}
         if b"im2rec" in kv:
             self.meta = DatasetMeta.from_json(kv[b"im2rec"])
+        self.meta = read_meta(source_folder(src), storage_options) or self.meta
         names = schema.names
         self.image = _column(names, IMAGE_NAMES)
         if self.image is None:  # the first binary column, or struct with bytes
@@ -286,31 +285,6 @@ class Reader:
             if isinstance(feature, dict) and feature.get("_type") == "ClassLabel" and feature.get("names"):
                 self.label_names = list(feature["names"])
         self.label_type = schema.field(self.label).type if self.label else None
-
-    def _files(self, src: str) -> list[str]:
-        if any(c in src.split("://", 1)[-1] for c in "*?["):
-            if storage.is_url(src):
-                return storage.expand([src], self.storage_options)
-            import glob
-
-            found = sorted(glob.glob(src))
-            if not found:
-                raise Im2recError(f"{src}: no file matches")
-            return found
-        if src.endswith(".parquet"):
-            if not storage.there(src, self.storage_options):
-                raise Im2recError(storage.missing(src))
-            return [src]
-        if storage.is_url(src):
-            names = storage.list_files(src, recursive=False, storage_options=self.storage_options)
-            files = [storage.join(src, n) for n in sorted(names) if n.endswith(".parquet")]
-        elif os.path.isdir(src):
-            files = [os.path.join(src, n) for n in sorted(os.listdir(src)) if n.endswith(".parquet")]
-        else:
-            raise Im2recError(f"{src}: no such folder or .parquet file")
-        if not files:
-            raise Im2recError(f"{src}: no .parquet file there")
-        return files
 
     def _open(self, path: str) -> Any:
         if storage.is_url(path):

@@ -35,7 +35,7 @@ from typing import IO, Any
 import numpy as np
 
 from . import storage
-from .bridges import META_NAME, Batch, DatasetMeta, OnShard, Sample, extension_of, meta_text
+from .bridges import Batch, DatasetMeta, OnShard, Sample, extension_of, meta_text, read_meta, shard_files, source_folder
 from .errors import Im2recError
 from .fsutil import WriteBehind
 
@@ -257,9 +257,7 @@ class Writer:
         with open(wids, "w", encoding="utf-8") as f:  # what wids.ShardListDataset reads: shards and their lengths
             shardlist = [{"url": name, "nsamples": count} for name, count in zip(self.meta.shards, self._counts)]
             json.dump({"wids_version": 1, "name": self.name, "shardlist": shardlist}, f, indent=1)
-        meta_path = os.path.join(self.folder, META_NAME)
-        with open(meta_path, "w", encoding="utf-8") as f:
-            f.write(self.meta.to_json())
+        meta_path = self.meta.write(self.folder)
         return [wids, meta_path]
 
     def abort(self) -> None:
@@ -390,37 +388,8 @@ class Reader:
     def __init__(self, src: str, storage_options: dict | None = None):
         self.src = src
         self.storage_options = storage_options
-        self.shards = self._shards(src)
-        self.meta: DatasetMeta | None = None
-        folder = src if not src.endswith(".tar") and not any(c in src for c in "*?[") else src.rsplit("/", 1)[0]
-        meta_path = storage.join(folder, META_NAME) if storage.is_url(folder) else os.path.join(folder, META_NAME)
-        if storage.there(meta_path, storage_options):
-            self.meta = DatasetMeta.from_json(storage.read_any(meta_path, storage_options))
-
-    def _shards(self, src: str) -> list[str]:
-        if any(c in src.split("://", 1)[-1] for c in "*?["):
-            if storage.is_url(src):
-                return storage.expand([src], self.storage_options)
-            import glob
-
-            found = sorted(glob.glob(src))
-            if not found:
-                raise Im2recError(f"{src}: no file matches")
-            return found
-        if src.endswith(".tar"):
-            if not storage.there(src, self.storage_options):
-                raise Im2recError(storage.missing(src))
-            return [src]
-        if storage.is_url(src):
-            names = storage.list_files(src, recursive=False, storage_options=self.storage_options)
-            shards = [storage.join(src, n) for n in sorted(names) if n.endswith(".tar")]
-        elif os.path.isdir(src):
-            shards = [os.path.join(src, n) for n in sorted(os.listdir(src)) if n.endswith(".tar")]
-        else:
-            raise Im2recError(f"{src}: no such folder or .tar file")
-        if not shards:
-            raise Im2recError(f"{src}: no .tar shard there")
-        return shards
+        self.shards = shard_files(src, ".tar", storage_options)
+        self.meta: DatasetMeta | None = read_meta(source_folder(src), storage_options)
 
     def count(self) -> int | None:
         if self.meta is not None and self.meta.format == "webdataset" and len(self.meta.shards) == len(self.shards):

@@ -205,3 +205,49 @@ def dask_cluster():
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+# --------------------------------------------------------------------------- samples for the format modules
+
+
+def make_samples(n, size=300, seed=0, empty_label=None):
+    """``bridges.Sample``s with every field an export sets: one or more labels, id/id2/flag,
+    class names, an identity; ``empty_label``: the position of one without labels."""
+    import numpy as np
+
+    from im2rec.bridges import Sample
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        labels = (float(i % 3),) if i % 4 else (float(i), 0.25, float(np.float32(0.1)))
+        out.append(
+            Sample(
+                key=str(i * 7),
+                image=rng.integers(0, 256, size + i, dtype=np.uint8).tobytes(),
+                label=labels if i != empty_label else (),
+                id=i * 7,
+                id2=i % 2,
+                flag=5 if i == 3 else None,
+                class_name=f"class {i % 3}" if i % 2 else None,
+                identity=i if i == 5 else None,
+            )
+        )
+    return out
+
+
+def write_samples(writer_class, folder, samples, shard_size, meta=None):
+    """Write ``samples`` with a format's ``Writer`` into ``folder``: (the shards it finished, what ``close`` returned)."""
+    from im2rec.bridges import DatasetMeta
+
+    folder.mkdir(parents=True, exist_ok=True)
+    shards = []
+    writer = writer_class(str(folder), "data", shard_size, meta or DatasetMeta(source="train.rec", classes={0: "cat"}), shards.append)
+    for s in samples:
+        writer.write(s)
+    return shards, writer.close()
+
+
+def same_sample(a, b):
+    """Every field of two ``Sample``s equal (the image as bytes)."""
+    assert (a.key, bytes(a.image), a.label, a.id, a.id2, a.flag, a.class_name, a.identity) == (b.key, bytes(b.image), b.label, b.id, b.id2, b.flag, b.class_name, b.identity)

@@ -7,6 +7,7 @@ import struct
 import sys
 from pathlib import Path
 
+import conftest
 import cv2
 import numpy as np
 import pytest
@@ -60,37 +61,14 @@ def streaming(tmp_path_factory):
 
 
 def make_samples(n, size=300, seed=0):
-    """Samples with every field an export sets: one or more labels, id/id2/flag, class names."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        labels = (float(i % 3),) if i % 4 else (float(i), 0.25, float(np.float32(0.1)))
-        out.append(
-            Sample(
-                key=str(i * 7),
-                image=rng.integers(0, 256, size + i, dtype=np.uint8).tobytes(),
-                label=labels,
-                id=i * 7,
-                id2=i % 2,
-                flag=5 if i == 3 else None,
-                class_name=f"class {i % 3}" if i % 2 else None,
-                identity=i if i == 5 else None,
-            )
-        )
-    return out
+    return conftest.make_samples(n, size, seed, empty_label=None)
 
 
 def write(folder, samples, shard_size, meta=None):
-    folder.mkdir(parents=True, exist_ok=True)
-    shards = []
-    writer = Writer(str(folder), "data", shard_size, meta or DatasetMeta(source="train.rec", classes={0: "cat"}), shards.append)
-    for s in samples:
-        writer.write(s)
-    return shards, writer.close()
+    return conftest.write_samples(Writer, folder, samples, shard_size, meta)
 
 
-def same(a: Sample, b: Sample):
-    assert (a.key, bytes(a.image), a.label, a.id, a.id2, a.flag, a.class_name, a.identity) == (b.key, bytes(b.image), b.label, b.id, b.id2, b.flag, b.class_name, b.identity)
+same = conftest.same_sample
 
 
 def test_round_trip_keeps_every_field_and_the_shard_limit(tmp_path):
