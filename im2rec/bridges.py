@@ -231,7 +231,9 @@ class DatasetMeta:
     shards: list[str] = field(default_factory=list)
     format: str = ""
 
-    def to_json(self) -> str:
+    def to_json(self, totals: bool = True) -> str:
+        """The JSON text; ``totals`` False leaves out ``samples`` and ``shards`` (for a copy
+        written before they are known, such as the one inside every Parquet file)."""
         d = {
             "im2rec": 1,
             "format": self.format,
@@ -242,6 +244,8 @@ class DatasetMeta:
             "samples": self.samples,
             "shards": self.shards,
         }
+        if not totals:
+            del d["samples"], d["shards"]
         return json.dumps(d, indent=1) + "\n"
 
     def write(self, folder: str) -> str:
@@ -400,18 +404,23 @@ class Roles:
     meta: str | None
 
 
-def pick_roles(kinds: Mapping[str, str]) -> Roles:
+def pick_roles(kinds: Mapping[str, str], label_field: str | None = None, where: str = "") -> Roles:
     """The roles of a source's columns, from ``{name: kind}`` in the source's column order.
 
     ``kind`` is the encoding without its arguments (``jpeg``, ``pil``, ``str``, ``ndarray``...).
     The image is the first present of ``IMAGE_NAMES``, else the first column of an image kind
-    (``IMAGE_KINDS``); the label the first present of ``LABEL_NAMES``; the key ``key`` or
-    ``__key__``; the meta ``meta``.
+    (``IMAGE_KINDS``); the label ``label_field`` when given, else the first present of
+    ``LABEL_NAMES``; the key ``key`` or ``__key__``; the meta ``meta``.
+
+    Raises:
+        Im2recError: ``label_field`` is not a column (``where`` names the source).
     """
-    image = next((n for n in IMAGE_NAMES if n in kinds), None)
+    if label_field is not None and label_field not in kinds:
+        raise Im2recError(f"{where}: no field {label_field!r} for --label-field (its fields: {', '.join(kinds)})")
+    image = next((n for n in IMAGE_NAMES if n in kinds and n != label_field), None)
     if image is None:
-        image = next((n for n, kind in kinds.items() if kind in IMAGE_KINDS and n not in LABEL_NAMES + KEY_NAMES + (META_COLUMN,)), None)
-    label = next((n for n in LABEL_NAMES if n in kinds and n != image), None)
+        image = next((n for n, kind in kinds.items() if kind in IMAGE_KINDS and n not in (*LABEL_NAMES, *KEY_NAMES, META_COLUMN, label_field)), None)
+    label = label_field or next((n for n in LABEL_NAMES if n in kinds and n != image), None)
     key = next((n for n in KEY_NAMES if n in kinds), None)
     return Roles(image=image, label=label, key=key, meta=META_COLUMN if META_COLUMN in kinds else None)
 

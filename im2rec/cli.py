@@ -476,11 +476,12 @@ def merge_command(out, parts, layout, overwrite, quiet, storage_options):
 @click.argument("out", metavar="OUT", type=_Output(folder=True))
 @click.option("--format", "fmt", type=click.Choice(exchange.FORMATS), required=True, help="webdataset: tar shards; parquet: 🤗 datasets' Parquet; mds: MosaicML streaming; litdata: Lightning's litdata (needs im2rec[litdata]).")
 @click.option("--shard-size", type=_Parsed("SIZE", shards.parse_size), default=None, help="Start a new shard before one would pass SIZE (e.g. 1GB, 64MB) [default: 512MB for webdataset and parquet, 64MB for mds and litdata].")
+@click.option("--classes", "classes_path", type=_PathOrURL(), default=None, help="A 'label TAB name' file (what `im2rec list` writes as PREFIX.classes.tsv) [default: PREFIX.classes.tsv beside DATA.rec, if there].")
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it has files.")
 @quiet_option
 @storage_option
 @translate_errors
-def export_command(rec, out, fmt, shard_size, overwrite, quiet, storage_options):
+def export_command(rec, out, fmt, shard_size, classes_path, overwrite, quiet, storage_options):
     """Write the records of DATA.rec as shards of another format in the folder OUT.
 
     DATA.rec needs its .idx (or give the OUT.shards.json manifest of a sharded
@@ -500,12 +501,19 @@ def export_command(rec, out, fmt, shard_size, overwrite, quiet, storage_options)
     OUT appears whole (written as OUT.partial, then renamed); a URL OUT gets each
     shard as it is finished, im2rec.json and the format's index last.
     """
-    with _usage_errors():
-        bar = _ExportBar(not quiet)
-        try:
-            summary = exchange.export_rec(rec, out, fmt, shard_size, overwrite=overwrite, storage_options=_options(storage_options), progress=bar)
-        finally:
-            bar.close()
+    bar = _ExportBar(not quiet)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        with _usage_errors():
+            summary = exchange.export_rec(rec, out, fmt, shard_size, overwrite=overwrite, storage_options=_options(storage_options), progress=bar, classes=classes_path)
+    except KeyboardInterrupt as e:
+        bar.close()
+        what = "terminated" if isinstance(e, _Terminated) else "interrupted"
+        click.echo(f"Error: {what}; nothing was written to {out}", err=True)
+        sys.exit(143 if isinstance(e, _Terminated) else 130)
+    finally:
+        bar.close()
+        signal.signal(signal.SIGTERM, previous)
     if not quiet:
         click.echo(summary.line())
 
@@ -534,7 +542,8 @@ class _ExportBar(exchange.ExportProgress):
 @main.command("import")
 @click.argument("src", metavar="SRC", type=_PathOrURL(folder=None))
 @click.argument("out", metavar="OUT.rec", type=click.Path(dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(exchange.FORMATS), required=True, help="What SRC holds: webdataset tar shards, parquet files, an mds or a litdata folder.")
+@click.option("--format", "fmt", type=click.Choice(exchange.FORMATS), default=None, help="What SRC holds: webdataset tar shards, parquet files, an mds or a litdata folder [default: what SRC/im2rec.json says, for an export's folder].")
+@click.option("--label-field", default=None, help="The field (tar extension, column) that holds the label [default: json's 'label', else the first of cls, label, class, target, y, ...; see the README].")
 @click.option("--layout", type=click.Choice(["plain", "insightface"]), default=None, help="plain: keys as exported (or 0..N-1); insightface: RecBuilder's face-recognition layout [default: the source's, from its im2rec.json, else plain].")
 @image_options
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Worker processes when image options re-encode [default: every core].")
@@ -546,7 +555,7 @@ class _ExportBar(exchange.ExportProgress):
 @quiet_option
 @storage_option
 @translate_errors
-def import_command(src, out, fmt, layout, image_options, workers, strict, max_errors, overwrite, resume, stats_path, quiet, storage_options):
+def import_command(src, out, fmt, label_field, layout, image_options, workers, strict, max_errors, overwrite, resume, stats_path, quiet, storage_options):
     """Pack the samples of SRC (written by webdataset, 🤗 datasets, MosaicML
     streaming or litdata, or by `im2rec export`) into OUT.rec and OUT.idx.
 
@@ -571,11 +580,12 @@ def import_command(src, out, fmt, layout, image_options, workers, strict, max_er
     """
     if image_options == image.ImageOptions():
         image_options = image.ImageOptions(pass_through=True)
-    if layout is None:
-        layout = "plain"
-        with contextlib.suppress(Im2recError):
-            meta = exchange.reader_for(fmt, src, _options(storage_options)).meta
-            layout = meta.layout if meta is not None else "plain"
+    meta = exchange.source_meta(src, _options(storage_options))
+    if fmt is None:
+        if meta is None or meta.format not in exchange.FORMATS:
+            raise click.UsageError(f"give --format: {src} has no im2rec.json that says which format it holds")
+        fmt = meta.format
+    layout = layout or (meta.layout if meta is not None and meta.format == fmt else "plain")
     with _usage_errors():
         options = packing.PackOptions(
             image=image_options,
@@ -590,7 +600,7 @@ def import_command(src, out, fmt, layout, image_options, workers, strict, max_er
         written: list = []
 
         def run(bar):
-            summary, classes = exchange.import_samples(src, out, fmt, options, bar)
+            summary, classes = exchange.import_samples(src, out, fmt, options, bar, label_field=label_field)
             written.append(classes)
             return summary
 

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from . import recordio, storage
-from .bridges import FORMATS, Batch, DatasetMeta, Sample, default_flag
+from .bridges import FORMATS, Batch, DatasetMeta, Sample, default_flag, read_meta, source_folder
 from .errors import Im2recError, OptionError, OutputExistsError
 from .fsutil import atomic_open, make_parents, start_writeback
 from .packing import Checked, PackOptions, PackSummary, Progress, Task, pack_source
@@ -42,7 +42,8 @@ __all__ = ["DEFAULT_SHARD_SIZE", "ExportProgress", "ExportSummary", "SampleSourc
 #: Shard sizes by format: MDS and litdata readers load a shard whole (their writers' 64 MB);
 #: WebDataset and Parquet are streamed (🤗 datasets' Parquet files are about 500 MB).
 DEFAULT_SHARD_SIZE = {"webdataset": 512 << 20, "parquet": 512 << 20, "mds": 64 << 20, "litdata": 64 << 20}
-_CHUNK = 8192  # records whose headers are read at once
+_CHUNK = 8192  # records whose headers are read at once, at most
+CHUNK_BYTES = 32 << 20  # and at most this many bytes of them (one record more, if it is larger): the memory of a batch
 _FETCH = 8 << 20  # a URL input is fetched in ranges of this size, several at once
 
 
@@ -52,9 +53,22 @@ def _module(fmt: str) -> Any:
     return importlib.import_module(f".fmt_{fmt}", __package__)
 
 
-def reader_for(fmt: str, src: str, storage_options: dict | None = None) -> Any:
-    """The format's ``Reader`` of ``src`` (a folder, a shard file, a glob; local or a URL)."""
-    return _module(fmt).Reader(src, storage_options)
+def reader_for(fmt: str, src: str, storage_options: dict | None = None, label_field: str | None = None) -> Any:
+    """The format's ``Reader`` of ``src`` (a folder, a shard file, a glob; local or a URL);
+    ``label_field`` names the field (tar extension, column) holding the label."""
+    module = _module(fmt)
+    try:
+        return module.Reader(src, storage_options, label_field=label_field)
+    except Im2recError as e:
+        meta = source_meta(src, storage_options)
+        if meta is not None and meta.format and meta.format != fmt:
+            raise Im2recError(f"{e}; its im2rec.json says it holds {meta.format}: pass --format {meta.format}") from None
+        raise
+
+
+def source_meta(src: str, storage_options: dict | None = None) -> DatasetMeta | None:
+    """``im2rec.json`` of an export's folder (given as the folder, a shard or a glob), if there is one."""
+    return read_meta(source_folder(src), storage_options)
 
 
 # --------------------------------------------------------------------------- export
@@ -102,17 +116,19 @@ def _inputs(src: str, storage_options: dict | None) -> list[str]:
     return read_manifest(src, storage_options)
 
 
-def _classes(src: str, storage_options: dict | None) -> dict[int, str]:
+def _classes(src: str, storage_options: dict | None, given: str | None = None) -> dict[int, str]:
+    """label -> class name: from ``given`` (a ``label TAB name`` file), else the ``PREFIX.classes.tsv``
+    that ``im2rec list`` wrote beside ``src``, else none."""
     from .sheet import find_classes, read_classes
 
-    found = find_classes(src, storage_options)
+    found = given or find_classes(src, storage_options)
     if found is None:
         return {}
     return {int(k): v for k, v in read_classes(found, storage_options).items() if float(k).is_integer()}
 
 
 def _batches(reader: RecordReader, classes: dict[int, str], face: tuple[int, int] | None) -> Iterator[Batch]:
-    """The records of ``reader`` as Batches of ``_CHUNK``, in ``.idx`` order (an insightface set:
+    """The records of ``reader`` as Batches of ``_CHUNK`` records or ``CHUNK_BYTES``, in ``.idx`` order (an insightface set:
     its images only). A local file: headers read at once with numpy, images as views of its
     memory map; a URL: each batch's byte span fetched at once, in ``_FETCH`` ranges."""
     index = reader.require_index()
@@ -121,9 +137,13 @@ def _batches(reader: RecordReader, classes: dict[int, str], face: tuple[int, int
     if face is not None:  # images are keys 1..first-1
         mine = (keys >= 1) & (keys < face[0])
         keys, offsets = keys[mine], offsets[mine]
-    for c in range(0, len(offsets), _CHUNK):
-        offs = offsets[c : c + _CHUNK]
-        batch = Batch([str(k) for k in keys[c : c + _CHUNK].tolist()], [], [], [], [], [], identities=face is not None)
+    spans = np.cumsum(reader.record_ends(offsets) - offsets) if len(offsets) else np.zeros(0, np.int64)  # bytes read so far, record by record
+    c = 0
+    while c < len(offsets):
+        end = min(c + _CHUNK, max(c + 1, int(np.searchsorted(spans, (spans[c - 1] if c else 0) + CHUNK_BYTES, side="right"))))
+        offs = offsets[c:end]
+        batch = Batch([str(k) for k in keys[c:end].tolist()], [], [], [], [], [], identities=face is not None)
+        c = end
         if reader.remote:
             ends = reader.record_ends(offs)
             lo, hi = int(offs.min()), int(ends.max())
@@ -171,8 +191,9 @@ class _Out:
         self.out, self.overwrite, self.options = out.rstrip("/"), overwrite, storage_options
         self.remote = storage.is_url(out)
         self.uploaded: list[str] = []
+        self.shards: list[str] = []  # the shards finished, as the user sees them
         if self.remote:
-            storage.check_bucket(self.out + "/x", storage_options)
+            storage.check_bucket(self.out, storage_options)
             self.existing = storage.list_files(self.out, recursive=True, storage_options=storage_options) if storage.exists(self.out, storage_options) else []
             if self.existing and not overwrite:
                 raise OutputExistsError(storage.join(self.out, self.existing[0]))
@@ -193,6 +214,7 @@ class _Out:
         return storage.join(self.out, name) if self.remote else os.path.join(self.out, name)
 
     def shard_done(self, path: str) -> None:
+        self.shards.append(self.shown(path))
         if not self.remote:
             start_writeback(path)  # its disk writes start now, so that the fsync at the end is short
             return
@@ -203,7 +225,8 @@ class _Out:
     def commit(self, last: list[str]) -> None:
         if self.remote:
             for path in last:  # the metadata and the format's index: readers look for them
-                self.shard_done(path)
+                storage.upload(path, self.shown(path), self.options)
+                self.uploaded.append(os.path.relpath(path, self.folder))
             stale = [storage.join(self.out, n) for n in self.existing if n not in self.uploaded]
             if stale:
                 storage.remove(stale, self.options)
@@ -229,6 +252,7 @@ def export_rec(
     overwrite: bool = False,
     storage_options: dict | None = None,
     progress: ExportProgress | None = None,
+    classes: str | None = None,
 ) -> ExportSummary:
     """Write the records of ``src`` (a ``.rec`` with its ``.idx``, or a shard manifest; a path or
     a URL) as ``fmt`` shards in the folder ``out`` (a path or a URL), payload bytes untouched.
@@ -260,7 +284,7 @@ def export_rec(
         faces = [None] * len(readers)
     name = posixpath.basename(src.rstrip("/"))
     name = name.removesuffix(".json").removesuffix(".shards").removesuffix(".rec") or "data"
-    meta = DatasetMeta(source=src, layout=layout, classes=_classes(src, storage_options), format=fmt)
+    meta = DatasetMeta(source=src, layout=layout, classes=_classes(src, storage_options, classes), format=fmt)
     if layout == "insightface":
         prop = recordio.sibling(recs[0], "property")
         if storage.there(prop, storage_options):
@@ -297,7 +321,7 @@ def export_rec(
         for r in readers:
             r.close()
     summary.samples = n
-    summary.shards = [dest.shown(os.path.join(dest.folder, s)) for s in meta.shards]
+    summary.shards = dest.shards
     summary.seconds = time.perf_counter() - started
     return summary
 
@@ -359,7 +383,7 @@ def _write_text(path: str, text: str, storage_options: dict | None) -> None:
         f.write(text)
 
 
-def import_samples(src: str, out_rec: str, fmt: str, options: PackOptions | None = None, progress: Progress | None = None) -> tuple[PackSummary, str | None]:
+def import_samples(src: str, out_rec: str, fmt: str, options: PackOptions | None = None, progress: Progress | None = None, label_field: str | None = None) -> tuple[PackSummary, str | None]:
     """Pack the samples of ``src`` (a ``fmt`` folder, shard or glob; local or a URL) into
     ``out_rec`` and its ``.idx``, through pack's pipeline (``packing.pack_source``).
 
@@ -373,7 +397,7 @@ def import_samples(src: str, out_rec: str, fmt: str, options: PackOptions | None
     opts = options or PackOptions()
     if opts.num_parts > 1 or opts.part_index is not None:
         raise OptionError("import packs the whole source: no --num-parts or --part-index")
-    reader = reader_for(fmt, src, opts.storage_options)
+    reader = reader_for(fmt, src, opts.storage_options, label_field)
     meta: DatasetMeta | None = reader.meta
     names = reader.class_names()
     class_ids = {n: i for i, n in enumerate(names)} if names else {}
@@ -386,7 +410,8 @@ def import_samples(src: str, out_rec: str, fmt: str, options: PackOptions | None
     if classes and summary.complete:
         classes_path = recordio.sibling(out_rec, "classes")
         _write_text(classes_path, "".join(f"{i}\t{n}\n" for i, n in sorted(classes.items())), opts.storage_options)
-    if opts.layout == "insightface" and meta is not None and meta.property and summary.complete and not summary.already_complete:
+    if opts.layout == "insightface" and opts.image.pass_through and meta is not None and meta.property and summary.complete and not summary.already_complete:
+        # the images as they were: the source's property (re-encoded ones get the one pack computes)
         _write_text(recordio.sibling(out_rec, "property"), meta.property + "\n", opts.storage_options)
     return summary, classes_path
 

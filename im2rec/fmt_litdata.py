@@ -369,7 +369,7 @@ class Reader:
             ``samples``) a chunk is damaged or compressed with an unsupported algorithm.
     """
 
-    def __init__(self, src: str, storage_options: Mapping[str, Any] | None = None):
+    def __init__(self, src: str, storage_options: Mapping[str, Any] | None = None, label_field: str | None = None):
         self.src = src.rstrip("/") if storage.is_url(src) else src
         self.storage_options = storage_options
         where = self.path(INDEX_NAME)
@@ -395,7 +395,7 @@ class Reader:
         if len(self.names) != len(self.formats):
             raise Im2recError(f"{where}: data_spec has {len(self.names)} leaves, data_format {len(self.formats)}")
         self.chunks: list[dict[str, Any]] = index["chunks"]
-        self.roles = pick_roles({n: f.split(":", 1)[0] for n, f in zip(self.names, self.formats)})
+        self.roles = pick_roles({n: f.split(":", 1)[0] for n, f in zip(self.names, self.formats)}, label_field, where)
         self.meta: DatasetMeta | None = read_meta(self.src, storage_options)
 
     def path(self, name: str) -> str:

@@ -328,9 +328,10 @@ class Reader:
             ``samples``) a shard is damaged or compressed with an unsupported algorithm.
     """
 
-    def __init__(self, src: str, storage_options: Mapping[str, Any] | None = None):
+    def __init__(self, src: str, storage_options: Mapping[str, Any] | None = None, label_field: str | None = None):
         self.src = src.rstrip("/") if storage.is_url(src) else src
         self.storage_options = storage_options
+        self.label_field = label_field
         try:
             index = json.loads(self.read(INDEX_NAME))
         except ValueError as e:
@@ -366,7 +367,7 @@ class Reader:
         that column only); None when labels are numbers."""
         names: set[str] = set()
         for shard in self.shards:
-            roles = pick_roles(shard.kinds())
+            roles = pick_roles(shard.kinds(), self.label_field, shard.basename)
             if roles.label is None:
                 return None
             encoding = shard.encodings[shard.names.index(roles.label)]
@@ -393,7 +394,7 @@ class Reader:
             if position + shard.samples <= start:
                 position += shard.samples
                 continue
-            roles = pick_roles(shard.kinds())
+            roles = pick_roles(shard.kinds(), self.label_field, shard.basename)
             data = self.load(shard)
             for i, (begin, end) in enumerate(shard.spans(data)):
                 if position >= start:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from . import storage
-from .bridges import IMAGE_NAMES, KEY_NAMES, LABEL_NAMES, Batch, DatasetMeta, OnShard, Sample, extension_of, labels_of, meta_text, read_meta, shard_files, source_folder
+from .bridges import IMAGE_NAMES, KEY_NAMES, LABEL_NAMES, Batch, DatasetMeta, OnShard, Sample, extension_of, in_folder, labels_of, meta_text, read_meta, shard_files, source_folder
 from .errors import Im2recError
 from .fsutil import start_writeback
 
@@ -88,7 +88,7 @@ class Writer:
                 ("cls", pa.int64()),
                 ("meta", pa.string()),
             ],
-            metadata={b"huggingface": json.dumps(hf).encode(), b"im2rec": meta.to_json().encode()},
+            metadata={b"huggingface": json.dumps(hf).encode(), b"im2rec": meta.to_json(totals=False).encode()},
         )
         self._writer: Any = None
         self._path = ""
@@ -252,7 +252,7 @@ def _column(names: list[str], wanted: tuple[str, ...]) -> str | None:
 class Reader:
     """Samples of Parquet files: one file, a folder (or URL prefix) of ``*.parquet``, or a glob."""
 
-    def __init__(self, src: str, storage_options: dict | None = None):
+    def __init__(self, src: str, storage_options: dict | None = None, label_field: str | None = None):
         pa = pyarrow()
         self.pa, self.pq = pa, pa.parquet
         self.src, self.storage_options = src, storage_options
@@ -273,7 +273,9 @@ class Reader:
                     break
         if self.image is None:
             raise Im2recError(f"{self.files[0]}: no image column (looked for {', '.join(IMAGE_NAMES)}, or a binary column); columns: {', '.join(names)}")
-        self.label = _column(names, LABEL_NAMES)
+        if label_field is not None and label_field not in names:
+            raise Im2recError(f"{self.files[0]}: no column {label_field!r} for --label-field (its columns: {', '.join(names)})")
+        self.label = label_field or _column([n for n in names if n != self.image], LABEL_NAMES)
         self.key = _column(names, KEY_NAMES)
         self.meta_column = "meta" if "meta" in names else None
         self.label_names: list[str] | None = None
@@ -297,6 +299,17 @@ class Reader:
             return self.pq.ParquetFile(self._open(path))
         except Exception as e:
             raise Im2recError(f"{path}: not a readable Parquet file: {e}") from None
+
+    def _external(self, path: str, file: str) -> bytes | None:
+        """The bytes of an image a row names by path only: the path as it is, or relative to
+        the Parquet file's folder; None when neither can be read."""
+        candidates = [path] if storage.is_url(path) or os.path.isabs(path) else [path, in_folder(file.rsplit("/", 1)[0] if "/" in file else ".", path)]
+        for candidate in candidates:
+            try:
+                return storage.read_any(candidate, self.storage_options)
+            except (OSError, Im2recError):
+                continue
+        return None
 
     def count(self) -> int | None:
         if self.meta is not None and self.meta.samples and self.meta.format == "parquet" and len(self.meta.shards) == len(self.files):
@@ -330,16 +343,19 @@ class Reader:
                     row += n
                     continue
                 batch = f.read_row_group(g, columns=columns)
-                for i, sample in enumerate(self._rows(batch, base, row)):
+                for i, sample in enumerate(self._rows(batch, base, row, path)):
                     if position + row + i >= start:
                         yield sample
                 row += n
             position += rows
 
-    def _rows(self, batch: Any, base: str, first_row: int) -> Iterator[Sample]:
+    def _rows(self, batch: Any, base: str, first_row: int, file: str = "") -> Iterator[Sample]:
         pa = self.pa
         image = batch.column(self.image)
+        paths: list[Any] = []
         if pa.types.is_struct(image.type):
+            if image.type.get_field_index("path") >= 0:
+                paths = pa.chunked_array([c.field("path") for c in image.chunks]).to_pylist()
             image = pa.chunked_array([c.field("bytes") for c in image.chunks])
         images = image.to_pylist()
         keys = batch.column(self.key).to_pylist() if self.key else None
@@ -348,9 +364,15 @@ class Reader:
         for i, data in enumerate(images):
             row = first_row + i
             key = str(keys[i]) if keys is not None and keys[i] is not None else str(row)
+            if not data and paths and paths[i]:  # 🤗 datasets made from files keeps their paths, not their bytes
+                data = self._external(paths[i], file)
             sample = Sample(key=key, image=data or b"", label=(), where=f"{base}:row {row}")
             if not data:
-                sample.problem = ("missing", f"no image bytes in column {self.image!r}")
+                if paths and paths[i]:
+                    why = f"no image bytes in column {self.image!r}, and its path {paths[i]!r} cannot be read here (save the dataset with its images embedded: datasets' embed_external_files, as push_to_hub does)"
+                else:
+                    why = f"no image bytes in column {self.image!r}"
+                sample.problem = ("missing", why)
                 yield sample
                 continue
             sample.ext = extension_of(data)

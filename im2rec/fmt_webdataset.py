@@ -385,7 +385,8 @@ class Reader:
     ``json``'s ``id``, ``id2``, ``flag``, ``class`` and ``identity`` as ``export`` wrote them.
     """
 
-    def __init__(self, src: str, storage_options: dict | None = None):
+    def __init__(self, src: str, storage_options: dict | None = None, label_field: str | None = None):
+        self.label_field = label_field
         self.src = src
         self.storage_options = storage_options
         self.shards = shard_files(src, ".tar", storage_options)
@@ -433,7 +434,7 @@ class Reader:
                     doc = json.loads(bytes(fields["json"]))
                 except ValueError:
                     continue  # listed as a failure when read
-            label = _label_field(fields, doc)
+            label = _label_field(fields, doc, self.label_field)
             if isinstance(label, str):
                 names.add(label)
             elif label is not None:
@@ -444,27 +445,34 @@ class Reader:
         for position, (shard, key, fields) in enumerate(self._grouped()):
             if position < start:
                 continue
-            yield _sample(shard, key, fields)
+            yield _sample(shard, key, fields, self.label_field)
 
 
-def _label_field(fields: dict[str, Any], doc: Any) -> Any:
-    """The label of a sample: from its parsed ``json`` (``doc``) or a label field; a float, a
-    tuple of floats, a class name, or None."""
-    if isinstance(doc, dict) and "label" in doc:
-        label = doc["label"]
+def _label_field(fields: dict[str, Any], doc: Any, name: str | None = None) -> Any:
+    """The label of a sample: from its parsed ``json`` (``doc``) or a label field (``name``, a
+    field's extension or a key of its json, when given); a float, a tuple of floats, a class
+    name, or None."""
+    if name is not None:
+        if name in fields:
+            return _number(bytes(fields[name]))
+        if not (isinstance(doc, dict) and name in doc):
+            return None
+    key = name or "label"
+    if isinstance(doc, dict) and key in doc:
+        label = doc[key]
         if isinstance(label, list):
             return tuple(float(x) for x in label)
         if isinstance(label, (int, float)) and not isinstance(label, bool):
             return float(label)
         if isinstance(label, str):
             return label
-    for ext in _LABEL_EXTS:
+    for ext in _LABEL_EXTS if name is None else ():
         if ext in fields:
             return _number(bytes(fields[ext]))
     return None
 
 
-def _sample(shard: str, key: str, fields: dict[str, Any]) -> Sample:
+def _sample(shard: str, key: str, fields: dict[str, Any], label_field: str | None = None) -> Sample:
     where = shard.rsplit("/", 1)[-1] + ":" + key
     image = None
     for ext, data in fields.items():
@@ -484,7 +492,7 @@ def _sample(shard: str, key: str, fields: dict[str, Any]) -> Sample:
             sample.problem = ("bad-label", f"its json cannot be read: {e}")
             return sample
     try:
-        label = _label_field(fields, doc)
+        label = _label_field(fields, doc, label_field)
     except (ValueError, TypeError) as e:
         sample.problem = ("bad-label", f"cannot read its label: {e}")
         return sample
@@ -495,7 +503,8 @@ def _sample(shard: str, key: str, fields: dict[str, Any]) -> Sample:
     elif label is not None:
         sample.label = (label,)
     else:
-        sample.problem = ("bad-label", f"no label (no json 'label', no {', '.join(_LABEL_EXTS)} field)")
+        wanted = f"no {label_field!r} field" if label_field else f"no json 'label', no {', '.join(_LABEL_EXTS)} field"
+        sample.problem = ("bad-label", f"no label ({wanted}; --label-field names another)")
         return sample
     if isinstance(doc, dict):
         sample.with_meta(doc)

@@ -80,7 +80,13 @@ def test_round_trip_of_a_real_size_pack_with_default_options(fmt, real_size_fold
     assert run("list", folder, tmp_path / "data" / "train").exit_code == 0
     assert run("pack", tmp_path / "data" / "train.lst", folder).exit_code == 0
     rec = tmp_path / "data" / "train.rec"
-    back = round_trip(rec, tmp_path, fmt)
+    result = run("export", rec, tmp_path / "e", "--format", fmt)
+    shards = json.loads((tmp_path / "e" / "im2rec.json").read_text())["shards"]
+    assert result.exit_code == 0 and f"to {tmp_path / 'e'} as {fmt}: {len(shards)} shard" in result.output and shards, result.output
+    assert all((tmp_path / "e" / s).exists() for s in shards)
+    result = run("import", tmp_path / "e", tmp_path / "back" / "train.rec")  # the format from im2rec.json
+    assert result.exit_code == 0, result.output
+    back = tmp_path / "back" / "train.rec"
     assert same_files(rec, back) and same_files(rec.with_suffix(".idx"), back.with_suffix(".idx"))
     assert same_files(tmp_path / "data" / "train.classes.tsv", back.parent / "train.classes.tsv")
 
@@ -412,3 +418,97 @@ def test_streamed_tar_reader_handles_long_names_and_pax(tmp_path):
         info.size = 1
         tar.addfile(info, io.BytesIO(b"4"))
     assert [(n, bytes(d)) for n, d, _ in members(io.BytesIO(buf.getvalue()), "t.tar")] == [("é" * 80 + ".cls", b"4")]
+
+
+def test_export_batches_hold_a_bounded_number_of_bytes(real_size_folders, tmp_path, monkeypatch):
+    """Records are handed to the writers in batches of at most CHUNK_BYTES (one record more when it
+    is larger), whatever their size: memory does not grow with the images."""
+    folder = real_size_folders["imagenet"]
+    assert run("list", folder, tmp_path / "t").exit_code == 0
+    assert run("pack", tmp_path / "t.lst", folder).exit_code == 0
+    monkeypatch.setattr(exchange, "CHUNK_BYTES", 300_000)
+    reader = recordio.RecordReader(tmp_path / "t.rec", tmp_path / "t.idx")
+    batches = list(exchange._batches(reader, {}, None))
+    sizes = [sum(len(x) + 100 for x in b.images) for b in batches]
+    assert len(batches) > 3 and max(sizes) <= 300_000 + max(len(x) + 100 for b in batches for x in b.images)
+    assert sum(len(b) for b in batches) == 20
+
+
+def test_import_re_encoding_a_face_set_computes_its_property(data_dir, tmp_path):
+    face = data_dir / "insightface"
+    assert run("export", face / "train.rec", tmp_path / "e", "--format", "webdataset").exit_code == 0
+    result = run("import", tmp_path / "e", tmp_path / "small" / "train.rec", "--resize", "56")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "small" / "property").read_text() == "5,56,56\n"  # the re-encoded images' size, not the source's 112
+
+
+def test_format_from_im2rec_json_and_wrong_formats_say_so(data_dir, tmp_path):
+    rec = data_dir / "im2rec_pack_pass" / "all.rec"
+    assert run("export", rec, tmp_path / "w", "--format", "webdataset").exit_code == 0
+    result = run("import", tmp_path / "w", tmp_path / "x.rec", "--format", "mds")
+    assert result.exit_code == 1 and "its im2rec.json says it holds webdataset: pass --format webdataset" in result.output, result.output
+    (tmp_path / "bare").mkdir()
+    shutil.copy(tmp_path / "w" / "all-000000.tar", tmp_path / "bare")
+    result = run("import", tmp_path / "bare", tmp_path / "y.rec")
+    assert result.exit_code == 2 and "give --format: " in result.output and "has no im2rec.json" in result.output, result.output
+
+
+def test_label_field_and_export_classes(data_dir, tmp_path):
+    """--label-field names the field of other writers' data that holds the label (a caption-style
+    set with class names in .txt); export --classes takes the class names from a file."""
+    pytest.importorskip("webdataset")
+    import webdataset as wds
+
+    os.makedirs(tmp_path / "w")
+    with wds.TarWriter(str(tmp_path / "w" / "a.tar")) as sink:
+        for i in range(4):
+            sink.write({"__key__": f"k{i}", "jpg": _jpeg(i), "txt": ["dog", "cat"][i % 2]})
+    result = run("import", tmp_path / "w", tmp_path / "x.rec", "--format", "webdataset")
+    assert result.exit_code == 1 and "no label (no json 'label', no cls, cls2, class, label, index field; --label-field names another)" in (tmp_path / "x.failed.tsv").read_text()
+    result = run("import", tmp_path / "w", tmp_path / "y.rec", "--format", "webdataset", "--label-field", "txt")
+    assert result.exit_code == 0 and "packed 4 of 4" in result.output, result.output
+    assert (tmp_path / "y.classes.tsv").read_text() == "0\tcat\n1\tdog\n"
+    result = run("import", tmp_path / "w", tmp_path / "z.rec", "--format", "webdataset", "--label-field", "nope")
+    assert "no label (no 'nope' field" in (tmp_path / "z.failed.tsv").read_text()
+    rec = data_dir / "im2rec_pack_pass" / "all.rec"
+    (tmp_path / "names.tsv").write_text("0\tzero\n1\tone\n2\ttwo\n3\tthree\n")
+    assert run("export", rec, tmp_path / "e", "--format", "webdataset", "--classes", tmp_path / "names.tsv").exit_code == 0
+    assert json.loads((tmp_path / "e" / "im2rec.json").read_text())["classes"] == {"0": "zero", "1": "one", "2": "two", "3": "three"}
+
+
+def test_hugging_face_datasets_of_image_files_are_imported_from_their_paths(tmp_path, monkeypatch):
+    """datasets.Dataset.from_dict with image paths stores the paths, not the bytes: import reads the files."""
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.chdir(tmp_path)
+    os.makedirs("imgs")
+    for i in range(3):
+        Path(f"imgs/{i}.jpg").write_bytes(_jpeg(i))
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["a", "b"])})
+    ds = datasets.Dataset.from_dict({"image": [f"imgs/{i}.jpg" for i in range(3)], "label": [0, 1, 0]}, features=features)
+    ds.to_parquet("paths.parquet")
+    result = run("import", "paths.parquet", "p.rec", "--format", "parquet")
+    assert result.exit_code == 0 and "packed 3 of 3" in result.output, result.output
+    reader = recordio.RecordReader("p.rec", "p.idx")
+    assert [recordio.unpack(reader.read(k))[1] for k in reader.keys()] == [_jpeg(i) for i in range(3)]
+    shutil.rmtree("imgs")
+    result = run("import", "paths.parquet", "q.rec", "--format", "parquet")
+    assert result.exit_code == 1 and "its path 'imgs/0.jpg' cannot be read here (save the dataset with its images embedded" in Path("q.failed.tsv").read_text()
+
+
+def test_an_interrupted_export_leaves_nothing(data_dir, tmp_path, monkeypatch):
+    rec = data_dir / "im2rec_pack_pass" / "all.rec"
+
+    class Stop(exchange.ExportProgress):
+        def update(self, n):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        exchange.export_rec(str(rec), str(tmp_path / "w"), "webdataset", progress=Stop())
+    assert not (tmp_path / "w").exists() and not (tmp_path / "w.partial").exists()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(exchange, "export_rec", interrupted)
+    result = run("export", rec, tmp_path / "w", "--format", "webdataset")
+    assert result.exit_code == 130 and f"Error: interrupted; nothing was written to {tmp_path / 'w'}" in result.output
