@@ -484,8 +484,8 @@ def merge_command(out, parts, layout, overwrite, quiet, storage_options):
 def export_command(rec, out, fmt, shard_size, classes_path, overwrite, quiet, storage_options):
     """Write the records of DATA.rec as shards of another format in the folder OUT.
 
-    DATA.rec needs its .idx (or give the OUT.shards.json manifest of a sharded
-    pack). Each record becomes one sample: its key, the image bytes as stored
+    DATA.rec needs its .idx; several .rec are one dataset when given as the
+    OUT.shards.json manifest of a sharded pack, or as a glob ("train-*.rec"). Each record becomes one sample: its key, the image bytes as stored
     (never re-encoded), every label, and the header's id and id2; the class name
     too where PREFIX.classes.tsv gives one. An insightface set exports its images
     only, labelled with their identity; its property file goes into

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from . import recordio, storage
-from .bridges import FORMATS, Batch, DatasetMeta, Sample, default_flag, read_meta, source_folder
+from .bridges import FORMATS, Batch, DatasetMeta, Sample, default_flag, read_meta, shard_files, source_folder
 from .errors import Im2recError, OptionError, OutputExistsError
 from .fsutil import atomic_open, make_parents, start_writeback
 from .packing import Checked, PackOptions, PackSummary, Progress, Task, pack_source
@@ -108,12 +108,15 @@ class ExportProgress:
 
 
 def _inputs(src: str, storage_options: dict | None) -> list[str]:
-    """The ``.rec`` files of ``src``: itself, or the shards its manifest (``.json``) lists."""
-    if not src.endswith(".json"):
-        return [src]
-    from .shards import read_manifest
+    """The ``.rec`` files of ``src``: itself, the shards its manifest (``.json``) lists, or those
+    a glob matches (``train-*.rec``), in name order."""
+    if src.endswith(".json"):
+        from .shards import read_manifest
 
-    return read_manifest(src, storage_options)
+        return read_manifest(src, storage_options)
+    if any(c in src.split("://", 1)[-1] for c in "*?["):
+        return shard_files(src, ".rec", storage_options)
+    return [src]
 
 
 def _classes(src: str, storage_options: dict | None, given: str | None = None) -> dict[int, str]:
@@ -282,7 +285,7 @@ def export_rec(
     layout = "insightface" if all(f is not None for f in faces) else "plain"
     if layout == "plain":  # every record, header and identity records of insightface parts included
         faces = [None] * len(readers)
-    name = posixpath.basename(src.rstrip("/"))
+    name = posixpath.basename(src.rstrip("/")).split("*", 1)[0].split("?", 1)[0].split("[", 1)[0].rstrip("-_.")
     name = name.removesuffix(".json").removesuffix(".shards").removesuffix(".rec") or "data"
     meta = DatasetMeta(source=src, layout=layout, classes=_classes(src, storage_options, classes), format=fmt)
     if layout == "insightface":

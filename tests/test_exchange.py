@@ -117,6 +117,10 @@ def test_round_trip_of_an_insightface_pack_and_of_shards(fmt, data_dir, tmp_path
         r = recordio.RecordReader(tmp_path / "sh" / shard["rec"], tmp_path / "sh" / shard["idx"])
         want += [(k, r.read(k)) for k in r.keys()]
     assert [(k, reader.read(k)) for k in reader.keys()] == want and len(want) == 14
+    assert run("export", tmp_path / "sh" / "all-0000?.rec", tmp_path / "sg", "--format", fmt).exit_code == 0  # the shards by a glob
+    assert run("import", tmp_path / "sg", tmp_path / "two" / "all.rec", "--format", fmt).exit_code == 0
+    assert same_files(tmp_path / "one" / "all.rec", tmp_path / "two" / "all.rec")
+    assert fmt in ("mds", "litdata") or json.loads((tmp_path / "sg" / "im2rec.json").read_text())["shards"][0].startswith("all-")  # named after the glob
 
 
 def test_export_is_byte_reproducible_and_tar_headers_fixed(data_dir, tmp_path):
