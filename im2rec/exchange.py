@@ -348,8 +348,9 @@ class SampleSource:
     @contextmanager
     def checked(self, opts: PackOptions) -> Iterator[Checked]:
         count = self.reader.count()
-        shards = getattr(self.reader, "shards", None) or getattr(self.reader, "files", None) or []
-        fingerprint = {"list": self.name, "format": self.fmt, "shards": [str(s) for s in shards], "count": count, "options": opts.output_affecting()}
+        shards = getattr(self.reader, "shards", None) or getattr(self.reader, "files", None) or getattr(self.reader, "chunks", None) or []
+        names = [s if isinstance(s, str) else getattr(s, "basename", None) or (s.get("filename") if isinstance(s, dict) else None) for s in shards]
+        fingerprint = {"list": self.name, "format": self.fmt, "shards": names, "count": count, "options": opts.output_affecting()}
         yield Checked(0, count, fingerprint)
 
     def _task(self, seq: int, sample: Sample) -> Task:

@@ -299,7 +299,7 @@ class _Stop(Progress):
             raise KeyboardInterrupt
 
 
-@pytest.mark.parametrize("fmt", ["webdataset", "parquet"])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_an_interrupted_import_resumes_to_the_same_bytes(fmt, data_dir, tmp_path):
     needs(fmt)
     rec = data_dir / "insightface" / "plain.rec"
