@@ -250,6 +250,12 @@ _IMAGE_OPTIONS = [
 ]
 
 
+# What pack and import share besides the image options: a run's outputs, its resume, its audit record.
+overwrite_option = click.option("--overwrite", is_flag=True, help="Replace existing outputs (and the files of an interrupted run).")
+resume_option = click.option("--resume", is_flag=True, help="Continue an interrupted run of the same command from its last complete record.")
+stats_option = click.option("--stats", "stats_path", type=_Output(), default=None, help="Write a JSON audit record: version, options, counts, bytes, timings, sha256 of the outputs.")
+
+
 class _Bar(packing.Progress):
     """A tqdm bar on stderr (images/s, ETA, failures so far); silent when stderr is not a terminal."""
 
@@ -298,9 +304,9 @@ def _raise_terminated(signum, frame):
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Worker processes [default: every core].")
 @click.option("--strict", is_flag=True, help="Exit with status 1 if any image failed (the outputs are still written).")
 @click.option("--max-errors", type=click.IntRange(min=0), default=None, help="Stop with status 1 as soon as more than N images have failed.")
-@click.option("--overwrite", is_flag=True, help="Replace existing outputs (and the files of an interrupted run).")
-@click.option("--resume", is_flag=True, help="Continue an interrupted run of the same command from its last complete record.")
-@click.option("--stats", "stats_path", type=_Output(), default=None, help="Write a JSON audit record: version, options, counts, bytes, timings, sha256 of the outputs.")
+@overwrite_option
+@resume_option
+@stats_option
 @click.option("--num-parts", type=click.IntRange(min=1), default=1, show_default=True, help="Split the list into N contiguous parts (with --part-index or --dask).")
 @click.option("--part-index", type=click.IntRange(min=0), default=None, help="Pack only part I of --num-parts, to OUT-0000I-of-0000N.rec; join parts with `im2rec merge`.")
 @click.option("--shard-size", type=_Parsed("SIZE", shards.parse_size), default=None, help="Start a new shard OUT-00000.rec, OUT-00001.rec, ... before one would pass SIZE (e.g. 1GB, 500MB); writes OUT.shards.json.")
@@ -549,9 +555,9 @@ class _ExportBar(exchange.ExportProgress):
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Worker processes when image options re-encode [default: every core].")
 @click.option("--strict", is_flag=True, help="Exit with status 1 if any sample failed (the outputs are still written).")
 @click.option("--max-errors", type=click.IntRange(min=0), default=None, help="Stop with status 1 as soon as more than N samples have failed.")
-@click.option("--overwrite", is_flag=True, help="Replace existing outputs (and the files of an interrupted run).")
-@click.option("--resume", is_flag=True, help="Continue an interrupted run of the same command from its last complete record.")
-@click.option("--stats", "stats_path", type=_Output(), default=None, help="Write a JSON audit record: version, options, counts, bytes, timings, sha256 of the outputs.")
+@overwrite_option
+@resume_option
+@stats_option
 @quiet_option
 @storage_option
 @translate_errors
