@@ -49,6 +49,7 @@ __all__ = [
     "META_NAME",
     "Batch",
     "DatasetMeta",
+    "FolderSource",
     "Roles",
     "Sample",
     "SampleReader",
@@ -320,6 +321,21 @@ def shard_files(src: str, ext: str, storage_options: Mapping[str, Any] | None = 
     if not files:
         raise Im2recError(f"{src}: no {ext} file there")
     return files
+
+
+class FolderSource:
+    """A source that is a folder (or URL prefix) of named files with an index: MDS, litdata.
+    ``path(name)`` and ``read(name)`` reach its files, local or in a store."""
+
+    def __init__(self, src: str, storage_options: Mapping[str, Any] | None = None):
+        self.src = src.rstrip("/") if storage.is_url(src) else src
+        self.storage_options = storage_options
+
+    def path(self, name: str) -> str:
+        return in_folder(self.src, name)
+
+    def read(self, name: str) -> bytes:
+        return read_file(self.path(name), self.storage_options)
 
 
 def source_folder(src: str) -> str:

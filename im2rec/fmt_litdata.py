@@ -46,8 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from . import storage
-from .bridges import DatasetMeta, Sample, build_sample, decompress_zstd, in_folder, pick_roles, png_from_pil_raw, read_file, read_meta
+from .bridges import DatasetMeta, FolderSource, Sample, build_sample, decompress_zstd, pick_roles, png_from_pil_raw, read_meta
 from .errors import Im2recError
 from .fmt_mds import U32, decode_column
 
@@ -359,7 +358,7 @@ class Chunk:
         return rows
 
 
-class Reader:
+class Reader(FolderSource):
     """Reads litdata samples in order from a folder or a URL prefix (a ``SampleReader``),
     without litdata: each chunk read whole into memory, one at a time.
 
@@ -370,8 +369,7 @@ class Reader:
     """
 
     def __init__(self, src: str, storage_options: Mapping[str, Any] | None = None, label_field: str | None = None):
-        self.src = src.rstrip("/") if storage.is_url(src) else src
-        self.storage_options = storage_options
+        super().__init__(src, storage_options)
         where = self.path(INDEX_NAME)
         try:
             index = json.loads(self.read(INDEX_NAME))
@@ -397,12 +395,6 @@ class Reader:
         self.chunks: list[dict[str, Any]] = index["chunks"]
         self.roles = pick_roles({n: f.split(":", 1)[0] for n, f in zip(self.names, self.formats)}, label_field, where)
         self.meta: DatasetMeta | None = read_meta(self.src, storage_options)
-
-    def path(self, name: str) -> str:
-        return in_folder(self.src, name)
-
-    def read(self, name: str) -> bytes:
-        return read_file(self.path(name), self.storage_options)
 
     def count(self) -> int:
         """How many samples, from ``index.json``."""

@@ -40,8 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from . import storage
-from .bridges import DatasetMeta, Sample, build_sample, decompress_zstd, in_folder, pick_roles, png_from_pil_raw, read_file, read_meta
+from .bridges import DatasetMeta, FolderSource, Sample, build_sample, decompress_zstd, pick_roles, png_from_pil_raw, read_meta
 from .errors import Im2recError
 
 __all__ = [
@@ -317,7 +316,7 @@ def decode_ndarray(args: str, data: memoryview) -> np.ndarray:
     return np.frombuffer(data[pos:], np.dtype(dtype).newbyteorder("<")).reshape(shape)
 
 
-class Reader:
+class Reader(FolderSource):
     """Reads MDS samples in order from a folder or a URL prefix (a ``SampleReader``).
 
     Each shard is read whole into memory, one at a time. Columns other than export's are
@@ -329,8 +328,7 @@ class Reader:
     """
 
     def __init__(self, src: str, storage_options: Mapping[str, Any] | None = None, label_field: str | None = None):
-        self.src = src.rstrip("/") if storage.is_url(src) else src
-        self.storage_options = storage_options
+        super().__init__(src, storage_options)
         self.label_field = label_field
         try:
             index = json.loads(self.read(INDEX_NAME))
@@ -342,12 +340,6 @@ class Reader:
             raise Im2recError(f"{self.path(INDEX_NAME)}: version {index.get('version')}: only version 2 is known")
         self.shards = [Shard(entry) for entry in index["shards"]]
         self.meta: DatasetMeta | None = read_meta(self.src, storage_options)
-
-    def path(self, name: str) -> str:
-        return in_folder(self.src, name)
-
-    def read(self, name: str) -> bytes:
-        return read_file(self.path(name), self.storage_options)
 
     def count(self) -> int:
         """How many samples, from ``index.json``."""
