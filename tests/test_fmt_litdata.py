@@ -1,6 +1,7 @@
 """fmt_litdata: written with litdata's BinaryWriter, read by our own code; checked against litdata itself."""
 
 import json
+import multiprocessing
 import os
 import struct
 import sys
@@ -115,9 +116,23 @@ def bytes_item(i):
     return {"image": b"\xff\xd8\xff" + bytes([i]) * (40 + i), "label": i * 2}
 
 
+def optimize(litdata, **kwargs):
+    """litdata.optimize, which sets the process's multiprocessing start method to spawn (force=True):
+    put back afterwards, or the DataLoader tests run later in this process cannot pickle their collate_fn."""
+    import multiprocessing
+
+    before = multiprocessing.get_start_method(allow_none=True)
+    try:
+        litdata.optimize(**kwargs)
+    finally:
+        multiprocessing.set_start_method(before, force=True)
+
+
 def test_litdata_optimize_output_is_read(litdata, tmp_path):
-    litdata.optimize(fn=pil_item, inputs=list(range(5)), output_dir=str(tmp_path / "pil"), chunk_bytes="1MB", num_workers=1)
-    litdata.optimize(fn=bytes_item, inputs=list(range(5)), output_dir=str(tmp_path / "bytes"), chunk_bytes="1MB", num_workers=1)
+    start_method = multiprocessing.get_start_method(allow_none=True)
+    optimize(litdata, fn=pil_item, inputs=list(range(5)), output_dir=str(tmp_path / "pil"), chunk_bytes="1MB", num_workers=1)
+    optimize(litdata, fn=bytes_item, inputs=list(range(5)), output_dir=str(tmp_path / "bytes"), chunk_bytes="1MB", num_workers=1)
+    assert multiprocessing.get_start_method(allow_none=True) == start_method  # what litdata changed is put back
     reader = Reader(str(tmp_path / "pil"))
     assert reader.count() == 5 and reader.meta is None and reader.class_names() is None
     for i, s in enumerate(reader.samples()):
