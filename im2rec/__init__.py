@@ -32,6 +32,14 @@ def __getattr__(name: str):
         from .dataset import RecordDataset
 
         return RecordDataset
+    if name in ("ImageRecordIter", "ImageDetRecordIter", "DataBatch", "DataDesc"):
+        from . import iterators
+
+        return getattr(iterators, name)
+    if name == "imdecode":
+        from .augment import imdecode
+
+        return imdecode
     if name == "VerificationPairs":
         from .verification import VerificationPairs
 
@@ -39,8 +47,12 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'im2rec' has no attribute {name!r}")
 
 __all__ = [
+    "DataBatch",
+    "DataDesc",
     "IRHeader",
     "Im2recError",
+    "ImageDetRecordIter",
+    "ImageRecordIter",
     "MXIndexedRecordIO",
     "MXRecordIO",
     "RecordDataset",
@@ -49,6 +61,7 @@ __all__ = [
     "RecordWriter",
     "VerificationPairs",
     "__version__",
+    "imdecode",
     "pack",
     "pack_img",
     "recordio",

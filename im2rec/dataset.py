@@ -29,9 +29,9 @@ import numpy as np
 
 from . import storage
 from .cache import BlockCache
-from .errors import Im2recError, StorageError
+from .errors import HeaderError, Im2recError, StorageError
 from .image import opencv
-from .recordio import IRHEADER_SIZE, IRHEADER_STRUCT, RecordReader, idx_path_of, insightface_header, unpack
+from .recordio import IRHEADER_SIZE, IRHEADER_STRUCT, IRHeader, RecordReader, idx_path_of, insightface_header, unpack
 
 __all__ = ["MODES", "RecordDataset", "idx_path_of", "insightface_header"]
 
@@ -95,6 +95,7 @@ class RecordDataset:
             ``block_bytes``-aligned stretch of the file they start in).
         retries: for URLs, how often a transient failure (timeout, 5xx, throttling, a
             dropped connection) is retried, with backoff, before the read fails.
+        index: the ``.idx`` of a single ``.rec`` that does not have it beside it.
 
     Items are ``(image, label)``: the label is a float (scalar records) or a float32
     array (records with flag > 0), as ``mx.recordio.unpack`` gives.
@@ -119,6 +120,7 @@ class RecordDataset:
         read_blocks: bool | str = "auto",
         block_bytes: int = BLOCK_BYTES,
         retries: int = storage.RETRIES,
+        index: PathLike | None = None,
     ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -141,12 +143,15 @@ class RecordDataset:
         self.read_blocks = read_blocks
         self.block_bytes = int(block_bytes)
         source_options = {"cache": self.cache, "retries": retries}
+        if index is not None and len(self.paths) != 1:
+            raise ValueError(f"index names the .idx of one .rec, not of {len(self.paths)}")
         self.readers: list[RecordReader] = []
         for path in self.paths:
-            idx = idx_path_of(path)
-            for p in (path, idx):
-                if not storage.there(p, storage_options):
-                    raise Im2recError(f"{storage.missing(p)} (a .rec needs its .idx beside it, same stem)")
+            idx = os.fspath(index) if index is not None else idx_path_of(path)
+            if not storage.there(path, storage_options):
+                raise Im2recError(storage.missing(path))
+            if not storage.there(idx, storage_options):
+                raise Im2recError(f"{storage.missing(idx)}: reading {path} needs its .idx (`im2rec index {path}` writes one)")
             self.readers.append(RecordReader(path, idx, storage_options=storage_options, source_options=source_options))
         self.remote = any(r.remote for r in self.readers)
 
@@ -158,10 +163,10 @@ class RecordDataset:
 
         shards, offsets = [], []
         if self.insightface is not None:
-            index = self.readers[0].require_index()
+            table = self.readers[0].require_index()
             first = self.insightface[0]
             keys = np.arange(1, first)
-            offsets.append(np.fromiter((index.offset(int(k)) for k in keys), dtype=np.int64, count=keys.size))
+            offsets.append(np.fromiter((table.offset(int(k)) for k in keys), dtype=np.int64, count=keys.size))
             shards.append(np.zeros(keys.size, dtype=np.int32))
         else:
             for n, reader in enumerate(self.readers):
@@ -279,6 +284,57 @@ class RecordDataset:
         index = reader.require_index()
         return reader.path, offset, index.keys()[int(np.flatnonzero(index.offsets == offset)[0])]
 
+    def prefetch(self, items: Sequence[int] | np.ndarray) -> None:
+        """From a store, fetch the records of ``items`` at once (as ``__getitems__`` does before
+        decoding a batch), so that ``record`` and ``ds[i]`` then read them from memory. Locally,
+        nothing: the file is mapped."""
+        if self.remote:
+            self._prefetch([self._index(int(i)) for i in items])
+
+    def record(self, i: int) -> tuple[IRHeader, memoryview | bytes]:
+        """Item ``i`` undecoded: its IRHeader (labels included) and its image bytes (locally a
+        view of the memory map, no copy).
+
+        Raises:
+            HeaderError: the record is too short for its IRHeader and labels.
+        """
+        i = self._index(i)
+        reader = self.readers[int(self._shards[i])]
+        offset = int(self._offsets[i])
+        if reader.remote and self._whole_blocks():
+            self._prefetch([i], wait=False)
+        try:
+            payload = reader.view_at(offset)
+        except StorageError as e:
+            raise self._unreadable(e, np.asarray([i])) from None
+        header, start = self._header_of(payload, reader.path, offset)
+        return header, memoryview(payload)[start:]
+
+    @staticmethod
+    def _header_of(payload: Any, path: str, offset: int) -> tuple[IRHeader, int]:
+        """The IRHeader at the start of ``payload`` (a record's bytes) and where its image starts."""
+        if len(payload) < IRHEADER_SIZE:
+            raise HeaderError(f"{path}: record at byte {offset} is too short for an IRHeader ({len(payload)} bytes)", offset)
+        flag, label, id1, id2 = IRHEADER_STRUCT.unpack_from(payload)
+        start = IRHEADER_SIZE + 4 * flag
+        if flag:
+            if len(payload) < start:
+                raise HeaderError(f"{path}: record at byte {offset} is too short for its {flag} labels", offset)
+            label = np.frombuffer(payload, dtype=np.float32, count=flag, offset=IRHEADER_SIZE).copy()
+        return IRHeader(flag, label, id1, id2), start
+
+    @property
+    def positions(self) -> np.ndarray:
+        """Where each item's record starts with the ``.rec`` files laid end to end, in item
+        order (int64): what a byte-range split of the files, as MXNet's, is decided by."""
+        starts = np.cumsum([0] + [r.size for r in self.readers[:-1]], dtype=np.int64)
+        return starts[self._shards] + self._offsets
+
+    @property
+    def total_bytes(self) -> int:
+        """The sizes of the ``.rec`` files, added."""
+        return int(sum(r.size for r in self.readers))
+
     def __getitems__(self, items: Sequence[int]) -> list[tuple[Any, Any]]:
         """``[self[i] for i in items]``, the DataLoader's batched read: from a store, every
         record of the batch is fetched at once (see ``_prefetch``) before any is decoded, and
@@ -318,7 +374,7 @@ class RecordDataset:
         self.__dict__.update(state)
         self._hold_window()  # a spawned worker's memory budget, as its parent's
 
-    def header(self, i: int) -> tuple[Any, ...]:
+    def header(self, i: int) -> IRHeader:
         """The IRHeader of item ``i`` (label included), without decoding its image (from a
         store reading whole blocks, its block: through the cache, when there is one)."""
         reader = self.readers[int(self._shards[i])]
@@ -349,14 +405,8 @@ class RecordDataset:
             payload = reader.view_at(offset)  # no copy: a view of the map, dropped on return
         except StorageError as e:
             raise self._unreadable(e, np.asarray([i])) from None
-        if len(payload) < IRHEADER_SIZE:
-            raise Im2recError(f"{reader.path}: record at byte {offset} is too short for an IRHeader ({len(payload)} bytes)")
-        flag, label, _, _ = IRHEADER_STRUCT.unpack_from(payload)
-        start = IRHEADER_SIZE + 4 * flag
-        if flag:
-            if len(payload) < start:
-                raise Im2recError(f"{reader.path}: record at byte {offset} is too short for its {flag} labels")
-            label = np.frombuffer(payload, dtype=np.float32, count=flag, offset=IRHEADER_SIZE).copy()
+        header, start = self._header_of(payload, reader.path, offset)
+        label = header.label
         if self.mode == "raw":
             image: Any = bytes(payload[start:])
         else:

@@ -18,8 +18,10 @@ __all__ = [
     "ImageError",
     "IndexFormatError",
     "IndexOffsetError",
+    "LabelError",
     "ListFormatError",
     "ListingError",
+    "NDArrayFileError",
     "OptionError",
     "OutputExistsError",
     "PackError",
@@ -143,3 +145,12 @@ class WorkerError(Im2recError):
 
 class BinFormatError(Im2recError):
     """A ``.bin`` verification set is malformed, or is a pickle that would run code when loaded."""
+
+
+class LabelError(Im2recError):
+    """A record's labels do not fit what a training iterator was told: ``label_width``, a
+    ``path_imglist`` with no line for the record, or a malformed detection label."""
+
+
+class NDArrayFileError(Im2recError):
+    """A file is not in MXNet's NDArray format (``mx.nd.save``), or holds what is not read (sparse arrays)."""

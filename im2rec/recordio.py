@@ -1227,8 +1227,10 @@ def insightface_header(reader: RecordReader) -> tuple[int, int] | None:
     """``(first identity key, end)`` if record 0 is an insightface header, else None.
 
     insightface's ``RecBuilder`` writes, as record 0, ``IRHeader(flag=2, label=[first, end])``
-    (float32 labels) with ``id2`` 1: images are keys ``1..first-1`` and identity records
-    ``first..end-1``. It needs the ``.idx`` (key 0 is looked up).
+    (float32 labels) with ``id2`` 1 and no image: images are keys ``1..first-1`` and identity
+    records ``first..end-1``. It needs the ``.idx`` (key 0 is looked up). A record 0 with an
+    image after its labels is an image, not a header (a detection label ``[2, 5, ...]``
+    would otherwise pass for one).
     """
     index = reader.index
     if index is None or 0 not in index:
@@ -1243,6 +1245,8 @@ def insightface_header(reader: RecordReader) -> tuple[int, int] | None:
     flag = IRHEADER_STRUCT.unpack_from(head)[0]
     if flag < 2:
         return None
+    if len(reader.head_at(index.offset(0), IRHEADER_SIZE + 4 * flag + 1)) > IRHEADER_SIZE + 4 * flag:
+        return None  # an image follows the labels
     first, end = struct.unpack_from("<ff", head, IRHEADER_SIZE)
     if not (1 <= first <= end) or first != int(first) or end != int(end):
         return None

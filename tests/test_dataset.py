@@ -94,8 +94,26 @@ def test_shards_read_as_one(packed, tmp_path):
 def test_missing_idx(tmp_path, packed):
     rec, _ = packed
     (tmp_path / "x.rec").write_bytes(rec.read_bytes())
-    with pytest.raises(Im2recError, match=r"x\.idx: no such file \(a \.rec needs its \.idx beside it, same stem\)"):
-        RecordDataset(tmp_path / "x.rec")
+    rec_path, idx_path = tmp_path / "x.rec", tmp_path / "x.idx"
+    with pytest.raises(Im2recError) as e:
+        RecordDataset(rec_path)
+    assert str(e.value) == f"{idx_path}: no such file: reading {rec_path} needs its .idx (`im2rec index {rec_path}` writes one)"
+
+
+def test_missing_rec_is_named_not_its_idx(tmp_path):
+    with pytest.raises(Im2recError) as e:
+        RecordDataset(tmp_path / "nothere.rec")
+    assert str(e.value) == f"{tmp_path / 'nothere.rec'}: no such file"
+
+
+def test_index_elsewhere(tmp_path, packed):
+    rec, _ = packed
+    (tmp_path / "x.rec").write_bytes(rec.read_bytes())
+    (tmp_path / "other.idx").write_bytes(rec.with_suffix(".idx").read_bytes())
+    ds = RecordDataset(tmp_path / "x.rec", index=tmp_path / "other.idx", mode="raw")
+    assert [ds[i] for i in range(len(ds))] == [RecordDataset(rec, mode="raw")[i] for i in range(len(ds))]
+    header, image = ds.record(0)
+    assert bytes(image) == ds[0][0] and header.label == ds[0][1]
 
 
 def test_pickles_without_the_map(packed):
