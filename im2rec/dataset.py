@@ -291,6 +291,16 @@ class RecordDataset:
         if self.remote:
             self._prefetch([self._index(int(i)) for i in items])
 
+    def release(self) -> None:
+        """Drop every mapped page of the ``.rec`` files from this process's memory (they stay in
+        the page cache; a record read again is faulted in again): what a reader that has
+        decoded a batch calls, so that an epoch in any order keeps a flat footprint (dropping
+        only the records read would leave the pages the kernel maps around each fault).
+        Nothing for a store."""
+        for reader in self.readers:
+            if not reader.remote:
+                reader.release(0, reader.size, edges=True)
+
     def record(self, i: int) -> tuple[IRHeader, memoryview | bytes]:
         """Item ``i`` undecoded: its IRHeader (labels included) and its image bytes (locally a
         view of the memory map, no copy).

@@ -515,7 +515,8 @@ class _RecordIter:
         epoch = self.epoch
         self._plan = plan_epoch(self._order(epoch), lambda: self._order(epoch + 1), epoch, self.batch_size, self.args["round_batch"], self._skip)
         self._delivered = 0
-        self._queue: queue.Queue[Any] = queue.Queue(self.args["prefetch_buffer"])
+        # prefetch_buffer batches ahead of the one in use: up to two being filled, the rest ready
+        self._queue: queue.Queue[Any] = queue.Queue(max(1, self.args["prefetch_buffer"] - 2))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._produce, args=(self._plan, self._queue, self._stop), name=f"im2rec-{self.NAME}", daemon=True)
         self._thread.start()
@@ -571,6 +572,7 @@ class _RecordIter:
                 for other in futures:
                     other.cancel()
                 raise error
+        self.dataset.release()  # the mapped pages of the records decoded: memory stays flat
         return put(batch)
 
     def _stop_producer(self) -> None:

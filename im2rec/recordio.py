@@ -956,13 +956,20 @@ class RecordReader:
             raise TypeError(f"{self.path}: a URL has no memory map")
         return memoryview(self._buffer)
 
-    def release(self, start: int, end: int) -> None:
+    def release(self, start: int, end: int, edges: bool = False) -> None:
         """Tell the system that bytes ``[start, end)`` of a local ``.rec`` will not be read again
         soon: their pages leave this process's memory (they stay in the page cache), so that a
-        pass over a file larger than memory keeps a flat footprint. A no-op for a URL."""
+        pass over a file larger than memory keeps a flat footprint. A no-op for a URL.
+
+        ``edges``: also the pages the range shares with its neighbours (a reader that reads
+        them after all faults them in again from the page cache), so that records read in
+        any order leave no pages behind."""
         if isinstance(self._buffer, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
             page = mmap.PAGESIZE
-            lo, hi = -(-start // page) * page, min(end, self.size) // page * page
+            if edges:
+                lo, hi = start // page * page, min(-(-end // page) * page, -(-self.size // page) * page)
+            else:
+                lo, hi = -(-start // page) * page, min(end, self.size) // page * page
             if hi > lo:
                 self._buffer.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 

@@ -482,3 +482,100 @@ def test_a_shard_manifest_reads_as_one(tmp_path, data_dir):
     with im2rec.ImageRecordIter(path_imgrec=str(manifest), data_shape=(3, 32, 32), batch_size=5, round_batch=False) as it:
         ids = sorted(int(i) for b in it for i in b.index[: 5 - b.pad])
     assert ids == sorted(int(line.split("\t")[0]) for line in lst.read_text().splitlines())
+
+
+# --------------------------------------------------------------------------- real size, memory, stores
+
+
+@pytest.fixture(scope="module")
+def real_size_recs(real_size_folders, tmp_path_factory):
+    """The ImageNet-like and the large corpora listed and packed with the default options."""
+    from click.testing import CliRunner
+
+    from im2rec.cli import main
+
+    out = tmp_path_factory.mktemp("real")
+    recs = {}
+    for size, folder in real_size_folders.items():
+        for args in (["list", str(folder), str(out / size)], ["pack", str(out / f"{size}.lst"), str(folder), "-q"]):
+            result = CliRunner().invoke(main, args)
+            assert result.exit_code == 0, result.output
+        recs[size] = out / f"{size}.rec"
+    return recs
+
+
+@pytest.mark.parametrize("size", ["imagenet", "large"])
+def test_real_size_default_arguments_give_the_centre_crop(real_size_recs, size):
+    """Default arguments (no resize): every image's centre 224x224, RGB, as float32; labels from the records."""
+    import cv2
+
+    rec = real_size_recs[size]
+    ds = im2rec.RecordDataset(rec, mode="raw")
+    with deadline(300, "an epoch of real-size images"), im2rec.ImageRecordIter(path_imgrec=str(rec), data_shape=(3, 224, 224), batch_size=8) as it:
+        batches = list(it)
+    assert len(batches) == -(-len(ds) // 8) and batches[-1].pad == 8 * len(batches) - len(ds)
+    by_id = {}
+    for b in batches:
+        for i, row, label in zip(b.index.tolist(), b.data[0], b.label[0]):
+            by_id.setdefault(i, (row, label))
+    assert len(by_id) == len(ds)
+    for item in range(len(ds)):
+        header, image = ds.record(item)
+        img = cv2.imdecode(np.frombuffer(image, np.uint8), cv2.IMREAD_COLOR)
+        y, x = (img.shape[0] - 224) // 2, (img.shape[1] - 224) // 2
+        want = img[y : y + 224, x : x + 224, ::-1].transpose(2, 0, 1).astype(np.float32)
+        row, label = by_id[header.id]
+        assert np.array_equal(row, want) and label == header.label
+
+
+def test_real_size_imagenet_recipe(real_size_recs):
+    recipe = dict(data_shape=(3, 224, 224), resize=256, rand_crop=True, rand_mirror=True, mean_r=123.68, mean_g=116.779, mean_b=103.939, std_r=58.395, std_g=57.12, std_b=57.375, batch_size=6, shuffle=True)
+    with deadline(300, "an epoch of real-size images"), im2rec.ImageRecordIter(path_imgrec=str(real_size_recs["large"]), **recipe) as it:
+        batches = list(it)
+    data = np.concatenate([b.data[0] for b in batches])
+    assert data.shape[1:] == (3, 224, 224) and data.dtype == np.float32
+    assert -2.5 < data.min() < -1.0 and 1.0 < data.max() < 2.8  # normalised pixels
+
+
+def _mapped_kb(path) -> int:
+    """This process's resident kB of the mappings of ``path``."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            if "-" in line.split(" ", 1)[0]:
+                inside = line.rstrip().endswith(str(path))
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux's /proc/self/smaps")
+def test_the_mapped_records_are_released_as_they_are_read(real_size_recs, tmp_path):
+    """Over a shuffled epoch the .rec's mapped pages stay a small, flat share of the file."""
+    source = im2rec.RecordDataset(real_size_recs["imagenet"], mode="raw")
+    rec = tmp_path / "ten_times.rec"
+    with recordio.RecordWriter(rec, tmp_path / "ten_times.idx") as w:
+        for k in range(10 * len(source)):
+            header, image = source.record(k % len(source))
+            w.write_idx(k, recordio.pack(header._replace(id=k), bytes(image)))
+    size_kb = rec.stat().st_size // 1024
+    with im2rec.ImageRecordIter(path_imgrec=str(rec), data_shape=(3, 224, 224), resize=256, batch_size=2, shuffle=True, prefetch_buffer=1) as it:
+        seen = []
+        for _ in it:
+            seen.append(_mapped_kb(rec))
+        assert len(seen) == 100
+        assert _mapped_kb(rec) < 64 and max(seen) < size_kb / 8, (max(seen), size_kb)
+
+
+def test_a_rec_in_s3_reads_as_the_local_one(inputs):
+    s3fs = pytest.importorskip("s3fs")
+    from conftest import s3_endpoint
+
+    with s3_endpoint() as endpoint:
+        fs = s3fs.S3FileSystem(skip_instance_cache=True, endpoint_url=endpoint)
+        fs.mkdir("data")
+        fs.put(str(inputs / "images.rec"), "data/images.rec")
+        fs.put(str(inputs / "images.idx"), "data/images.idx")
+        config = dict(CONFIGS["mirror_mean_std"], path_imgrec="s3://data/images.rec", path_imgidx="s3://data/images.idx")
+        with _make(config, inputs) as it:
+            assert _compare("mirror_mean_std", it) == []

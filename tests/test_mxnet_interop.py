@@ -103,3 +103,39 @@ def test_mxnet_writes_what_we_read(tmp_path):
             header, body = recordio.unpack(r.read_idx(k * 3))
             assert (header.flag, list(header.label), header.id, header.id2) == (2, [k, k + 0.5], k, 7)
             assert body == bytes([k]) * (k * 1000 + 1)
+
+
+def test_mxnet_image_record_iter_gives_our_batches_at_real_size(real_size_folders, tmp_path):
+    """ImageRecordIter against the live MXNet on ImageNet-like images (tests/test_iterators.py
+    holds MXNet's batches of many more configurations, made by tests/data/iterators/make.py)."""
+    import numpy as np
+
+    from im2rec import ImageRecordIter
+
+    root = real_size_folders["imagenet"]
+    im2rec("list", root, tmp_path / "train")
+    im2rec("pack", tmp_path / "train.lst", root, tmp_path / "train.rec", "--pass-through", "-q")
+    recipe = dict(path_imgrec="train.rec", path_imgidx="train.idx", data_shape=(3, 224, 224), resize=256, mirror=True, batch_size=6,
+                  mean_r=123.68, mean_g=116.779, mean_b=103.939, std_r=58.395, std_g=57.12, std_b=57.375)
+    configs = {"recipe": recipe, "cubic": dict(recipe, inter_method=2, resize=230), "rotate": dict(recipe, rotate=17, dtype="uint8"), "gray": dict(recipe, data_shape=(1, 224, 224))}
+    code = f"""
+        import json, numpy as np, mxnet as mx
+        out = {{}}
+        for name, c in {configs!r}.items():
+            it = mx.io.ImageRecordIter(**c)
+            out[name] = np.concatenate([b.data[0].asnumpy() for b in it])
+        np.savez("mx.npz", **out)
+        print(json.dumps({{"ok": True}}))
+    """
+    assert mxnet(code, tmp_path) == {"ok": True}
+    theirs = np.load(tmp_path / "mx.npz")
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        for name, c in configs.items():
+            with ImageRecordIter(**c) as it:
+                ours = np.concatenate([b.data[0] for b in it])
+            assert ours.shape == theirs[name].shape, name
+            assert np.abs(ours.astype(np.float64) - theirs[name]).max() <= (0 if c.get("dtype") == "uint8" else 0.01), name
+    finally:
+        os.chdir(old)
