@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from .errors import ImageError
 from .image import opencv
 
 __all__ = [
@@ -812,8 +813,6 @@ def imdecode(buf: Any, flag: int = 1, to_rgb: bool = True) -> np.ndarray:
         ValueError: ``flag`` is negative, or ``buf`` is empty.
         ImageError: the bytes cannot be decoded (``kind`` ``"corrupt"``).
     """
-    from .errors import ImageError
-
     if int(flag) < 0:
         raise ValueError(f"imdecode: flag must be 0 (gray) or 1 (colour), got {flag}")
     cv2 = opencv()

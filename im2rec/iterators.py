@@ -49,6 +49,7 @@ import numpy as np
 
 from . import ndfile
 from .augment import CROP_EMIT_MODES, CROP_SAMPLER_ARGS, RESIZE_MODES, DetAugmenter, DetNormalizer, ImageAugmenter, Normalizer, decode_for_iterator
+from .dataset import RecordDataset
 from .errors import Im2recError, ImageError, LabelError, OptionError
 from .lst import iter_lst
 
@@ -410,6 +411,7 @@ class _RecordIter:
 
     NAME = ""
     TABLE: Mapping[str, Arg] = {}
+    FACES: bool | str = "auto"  # RecordDataset's insightface=: whether a face set's layout is looked for
     dtype: np.dtype
 
     def __init__(self, **kwargs: Any):
@@ -418,26 +420,27 @@ class _RecordIter:
         self.data_shape: tuple[int, int, int] = (a["data_shape"][0], a["data_shape"][1], a["data_shape"][2])
         self._check_dtype()
         self._setup_augmenter()
-        from .dataset import RecordDataset  # cv2 and the stores only when an iterator is made
-
-        self.dataset = RecordDataset(a["path_imgrec"], mode="raw", storage_options=a["storage_options"], index=a["path_imgidx"] or None)
-        self._byte_split = self._splits_by_bytes()
-        positions = self.dataset.positions if self._byte_split else None
+        self.dataset = RecordDataset(a["path_imgrec"], mode="raw", storage_options=a["storage_options"], index=a["path_imgidx"] or None, insightface=self.FACES)
+        positions = self.dataset.positions if self._splits_by_bytes() else None
         self.part = part_items(len(self.dataset), a["num_parts"], a["part_index"], positions, self.dataset.total_bytes)
         self._list = self._read_list() if a["path_imglist"] else None
         self._aug_seed = _seed_words(a["seed_aug"] if a["seed_aug"] is not None else a["seed"])
         self.epoch = 0
         self._skip = 0
-        self._pool = ThreadPoolExecutor(a["preprocess_threads"], thread_name_prefix="im2rec-iter")
         self._closed = False
-        self._prepare()
-        # the mean image, when it must be computed, is computed by a pass of the pipeline
-        # itself, with float32 rows normalised by the given means (MXNet's CreateMeanImg)
-        self._batch_dtype = np.dtype(np.float32)
-        self.normalizer = self._normalizer(self._batch_dtype, None)
-        mean_img = self._mean_image() if self.dtype != np.uint8 else None
-        self._batch_dtype = self.dtype
-        self.normalizer = self._normalizer(self.dtype, mean_img)
+        self._pool = ThreadPoolExecutor(a["preprocess_threads"], thread_name_prefix="im2rec-iter")
+        try:
+            self._prepare()
+            # the mean image, when it must be computed, is computed by a pass of the pipeline
+            # itself, with float32 rows normalised by the given means (MXNet's CreateMeanImg)
+            self._batch_dtype = np.dtype(np.float32)
+            self.normalizer = self._normalizer(self._batch_dtype, None)
+            mean_img = self._mean_image() if self.dtype != np.uint8 else None
+            self._batch_dtype = self.dtype
+            self.normalizer = self._normalizer(self.dtype, mean_img)
+        except BaseException:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            raise
         log.info("%s: %s, %d of %d records (part %d of %d), %d threads", self.NAME, a["path_imgrec"], self.part.size, len(self.dataset), a["part_index"], a["num_parts"], a["preprocess_threads"])
         self.provide_data = [DataDesc(a["data_name"], (self.batch_size, *self.data_shape), self.dtype)]
         self.provide_label = [DataDesc(a["label_name"], self._label_shape(), np.float32)]
@@ -834,6 +837,7 @@ class ImageDetRecordIter(_RecordIter):
 
     NAME = "ImageDetRecordIter"
     TABLE = DET_ITER_ARGS
+    FACES = False
 
     def _check_dtype(self) -> None:
         dtype = self.args["dtype"] or "float32"

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -196,6 +197,16 @@ def test_round_batch_lends_records_and_the_next_epoch_starts_after_them(inputs):
         second = [i for b in it for i in b.index.tolist()]
         assert second[0] == ids[0][1]  # the record lent to the last batch is not read twice
         assert len(second) == 20 and second[-2:] == [ids[0][0], ids[0][1]]
+
+
+def test_three_epochs_are_mxnets(inputs):
+    """Each epoch after the first starts after the records its predecessor lent, as MXNet's."""
+    with im2rec.ImageRecordIter(path_imgrec=str(inputs / "images.rec"), path_imgidx=str(inputs / "images.idx"), path_imglist=str(inputs / "two_labels.lst"), label_width=2, data_shape=(3, 24, 24), batch_size=8, resize=28) as it:
+        for e in range(3):
+            batches = list(it)
+            assert [b.pad for b in batches] == MXNET[f"epochs/{e}/pads"].tolist()
+            assert np.array_equal(np.stack([b.label[0] for b in batches]), MXNET[f"epochs/{e}/labels"])
+            it.reset()
 
 
 def test_names_data_and_label_as_asked(inputs):
@@ -549,15 +560,20 @@ def _mapped_kb(path) -> int:
     return total
 
 
+def _repeated(source_rec, times, rec):
+    """``rec`` (and its .idx): the records of ``source_rec``, ``times`` over, keys and ids 0, 1, ..."""
+    source = im2rec.RecordDataset(source_rec, mode="raw")
+    with recordio.RecordWriter(rec, rec.with_suffix(".idx")) as w:
+        for k in range(times * len(source)):
+            header, image = source.record(k % len(source))
+            w.write_idx(k, recordio.pack(header._replace(id=k), bytes(image)))
+    return rec
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux's /proc/self/smaps")
 def test_the_mapped_records_are_released_as_they_are_read(real_size_recs, tmp_path):
     """Over a shuffled epoch the .rec's mapped pages stay a small, flat share of the file."""
-    source = im2rec.RecordDataset(real_size_recs["imagenet"], mode="raw")
-    rec = tmp_path / "ten_times.rec"
-    with recordio.RecordWriter(rec, tmp_path / "ten_times.idx") as w:
-        for k in range(10 * len(source)):
-            header, image = source.record(k % len(source))
-            w.write_idx(k, recordio.pack(header._replace(id=k), bytes(image)))
+    rec = _repeated(real_size_recs["imagenet"], 10, tmp_path / "ten_times.rec")
     size_kb = rec.stat().st_size // 1024
     with im2rec.ImageRecordIter(path_imgrec=str(rec), data_shape=(3, 224, 224), resize=256, batch_size=2, shuffle=True, prefetch_buffer=1) as it:
         seen = []
@@ -579,3 +595,20 @@ def test_a_rec_in_s3_reads_as_the_local_one(inputs):
         config = dict(CONFIGS["mirror_mean_std"], path_imgrec="s3://data/images.rec", path_imgidx="s3://data/images.idx")
         with _make(config, inputs) as it:
             assert _compare("mirror_mean_std", it) == []
+
+
+def test_readme_section_runs_as_written(real_size_recs, tmp_path, monkeypatch):
+    """The README's "Coming from mx.io.ImageRecordIter" code, on a real-size pack at data/train.rec."""
+    import re
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme.split("## Coming from `mx.io.ImageRecordIter`", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 1
+    (tmp_path / "data").mkdir()
+    _repeated(real_size_recs["imagenet"], 5, tmp_path / "data" / "train.rec")  # 100 images: two batches
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(blocks[0], "README.md", "exec"), scope)
+    assert scope["x"].shape == (64, 3, 224, 224) and scope["y"].shape == (64,) and scope["n"] == 100 - 64  # the last batch
+    scope["train"].close()

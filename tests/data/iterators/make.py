@@ -22,7 +22,8 @@ stored as uint8 where every value is a whole number in 0-255 (the un-normalised 
 else as float32. ``mean.nd`` is the mean image MXNet wrote for the ``mean_img_create``
 configuration. Rows are stored once each (``rows/<hash>``; ``<config>/data/<batch>`` lists a
 batch's row names), in the smallest dtype that holds their values exactly. ``imdecode/KEY/
-FLAG/TO_RGB`` holds the sha256 and shape of ``mx.image.imdecode`` of each image.
+FLAG/TO_RGB`` holds the sha256 and shape of ``mx.image.imdecode`` of each image;
+``epochs/E/labels`` and ``/pads`` three epochs of one configuration.
 ``tests/test_iterators.py`` compares im2rec's iterators with them.
 """
 
@@ -78,6 +79,13 @@ for name, c in configs.items():
     out[f"{name}/batches"] = np.array(n)
     out[f"{name}/provide_data"] = np.array(it.provide_data[0].shape)
     out[f"{name}/provide_label"] = np.array(it.provide_label[0].shape)
+for shuffle in (False,):  # three epochs: labels and pads only (the next epoch starts after the records lent to the last batch)
+    it = mx.io.ImageRecordIter(path_imgrec="images.rec", path_imgidx="images.idx", path_imglist="two_labels.lst", label_width=2, data_shape=(3, 24, 24), batch_size=8, resize=28, shuffle=shuffle)
+    for e in range(3):
+        batches = list(it)
+        out[f"epochs/{e}/labels"] = np.stack([b.label[0].asnumpy() for b in batches])
+        out[f"epochs/{e}/pads"] = np.array([b.pad for b in batches])
+        it.reset()
 rec = mx.recordio.MXIndexedRecordIO("images.idx", "images.rec", "r")
 for key in rec.keys:
     _, img = mx.recordio.unpack(rec.read_idx(key))
