@@ -34,15 +34,16 @@ thread keeps ``prefetch_buffer`` batches ready. Each batch is a new array, so a
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import logging
 import os
 import queue
 import threading
+import weakref
 from collections import deque, namedtuple
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -93,7 +94,7 @@ class DataBatch:
 # --------------------------------------------------------------------------- arguments
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Arg:
     """One keyword argument: its kind, MXNet's default, a lower bound or the allowed values.
     ``inert``: MXNet's, but it changes nothing here (devices, logging, chunked shuffling)."""
@@ -406,12 +407,68 @@ _END = object()
 MEAN_PASS = (1 << 32) - 1
 
 
+def _produce(owner: weakref.ref[_RecordIter], plan: EpochPlan, out: queue.Queue[Any], stop: threading.Event) -> None:
+    """The background thread of an iterator: each batch's rows filled by the iterator's pool,
+    batches in order into ``out``; an error is passed on in place of the batch it spoiled,
+    then nothing more. It holds the iterator only while it hands out a batch's work, so that
+    an iterator dropped without ``close()`` is collected (and its ``__del__`` stops this)."""
+
+    def put(x: Any) -> bool:
+        while not stop.is_set():
+            try:
+                out.put(x, timeout=0.1)
+                return True
+            except queue.Full:
+                if owner() is None:
+                    return False
+        return False
+
+    def finish(work: tuple[_Batch, list[Future[None]]], dataset: RecordDataset) -> bool:
+        batch, futures = work
+        for f in futures:
+            error = f.exception()
+            if error is not None:
+                for other in futures:
+                    other.cancel()
+                raise error
+        dataset.release()  # the mapped pages of the records decoded: memory stays flat
+        return put(batch)
+
+    # Two batches in the pool at a time, so that its threads never wait for the last images
+    # of one batch; the one before is finished (waited for) and handed on.
+    pending: deque[tuple[_Batch, list[Future[None]]]] = deque()
+    try:
+        dataset = None
+        for rows, epochs, pad in zip(plan.rows, plan.epochs, plan.pads):
+            it = owner()
+            if it is None or stop.is_set():
+                return
+            dataset = it.dataset
+            pending.append(it.start_batch(rows, epochs, int(pad)))
+            del it
+            if len(pending) > 1 and not finish(pending.popleft(), dataset):
+                return
+        while pending:
+            assert dataset is not None
+            if not finish(pending.popleft(), dataset):
+                return
+        put(_END)
+    except BaseException as e:  # a record that cannot be read or decoded: the consumer raises it
+        put(e)
+    finally:
+        for _, futures in pending:
+            for f in futures:
+                f.cancel()
+
+
 class _RecordIter:
     """What both iterators share: the records, the part, the epochs, the threads, the batch protocol."""
 
     NAME = ""
     TABLE: Mapping[str, Arg] = {}
     FACES: bool | str = "auto"  # RecordDataset's insightface=: whether a face set's layout is looked for
+    DTYPES: tuple[str, ...] = ()  # the dtype values it makes batches of
+    AUGMENTER: Any = ImageAugmenter
     dtype: np.dtype
 
     def __init__(self, **kwargs: Any):
@@ -447,13 +504,20 @@ class _RecordIter:
         self._current: _Batch | None = None
         self._start_epoch()
 
-    # ---- what each iterator defines
-
     def _check_dtype(self) -> None:
-        raise NotImplementedError
+        dtype = self.args["dtype"] or "float32"
+        if dtype not in self.DTYPES:
+            known = f"{', '.join(self.DTYPES[:-1])} and {self.DTYPES[-1]}"
+            raise OptionError(f"unknown dtype for {self.NAME}: {dtype} ({known} are known)", "dtype")
+        self.dtype = np.dtype(dtype)
 
     def _setup_augmenter(self) -> None:
-        raise NotImplementedError
+        fields = {f.name: self.args[f.name] for f in dataclasses.fields(self.AUGMENTER) if f.name in self.args and f.name != "data_shape"}
+        self.augmenter = self.AUGMENTER(data_shape=self.data_shape, **fields)
+        for name, message in self.augmenter.check():
+            raise OptionError(message, name)
+
+    # ---- what each iterator defines
 
     def _normalizer(self, dtype: np.dtype, mean_img: np.ndarray | None) -> Any:
         raise NotImplementedError
@@ -521,7 +585,7 @@ class _RecordIter:
         # prefetch_buffer batches ahead of the one in use: up to two being filled, the rest ready
         self._queue: queue.Queue[Any] = queue.Queue(max(1, self.args["prefetch_buffer"] - 2))
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._produce, args=(self._plan, self._queue, self._stop), name=f"im2rec-{self.NAME}", daemon=True)
+        self._thread = threading.Thread(target=_produce, args=(weakref.ref(self), self._plan, self._queue, self._stop), name=f"im2rec-{self.NAME}", daemon=True)
         self._thread.start()
 
     def _new_batch(self, pad: int) -> _Batch:
@@ -530,53 +594,13 @@ class _RecordIter:
         label = np.zeros((b, *self._label_shape()[1:]), dtype=np.float32)
         return _Batch(data, label, np.zeros(b, dtype=np.uint64), int(pad))
 
-    def _produce(self, plan: EpochPlan, out: queue.Queue[Any], stop: threading.Event) -> None:
-        """The background thread: each batch's rows filled by the pool, batches in order into
-        ``out``; an error is passed on in place of the batch it spoiled, then nothing more."""
-
-        def put(x: Any) -> bool:
-            while not stop.is_set():
-                try:
-                    out.put(x, timeout=0.1)
-                    return True
-                except queue.Full:
-                    continue
-            return False
-
-        # Two batches in the pool at a time, so that its threads never wait for the last
-        # images of one batch; the one before is finished (waited for) and handed on.
-        pending: deque[tuple[_Batch, list[Future[None]]]] = deque()
-        try:
-            for rows, epochs, pad in zip(plan.rows, plan.epochs, plan.pads):
-                if stop.is_set():
-                    return
-                self.dataset.prefetch(rows[rows >= 0])
-                batch = self._new_batch(int(pad))
-                futures = [self._pool.submit(self._fill, batch, r, int(item), int(e)) for r, (item, e) in enumerate(zip(rows, epochs)) if item >= 0]
-                pending.append((batch, futures))
-                if len(pending) > 1 and not self._finish(pending.popleft(), put):
-                    return
-            while pending:
-                if not self._finish(pending.popleft(), put):
-                    return
-            put(_END)
-        except BaseException as e:  # a record that cannot be read or decoded: the consumer raises it
-            put(e)
-        finally:
-            for _, futures in pending:
-                for f in futures:
-                    f.cancel()
-
-    def _finish(self, work: tuple[_Batch, list[Future[None]]], put: Callable[[Any], bool]) -> bool:
-        batch, futures = work
-        for f in futures:
-            error = f.exception()
-            if error is not None:
-                for other in futures:
-                    other.cancel()
-                raise error
-        self.dataset.release()  # the mapped pages of the records decoded: memory stays flat
-        return put(batch)
+    def start_batch(self, rows: np.ndarray, epochs: np.ndarray, pad: int) -> tuple[_Batch, list[Future[None]]]:
+        """A new batch and the pool's work filling its rows: ``rows[r]`` is the item of row r
+        (-1: left empty), ``epochs[r]`` the epoch it is read for. From a store, the batch's
+        records are fetched at once first."""
+        self.dataset.prefetch(rows[rows >= 0])
+        batch = self._new_batch(pad)
+        return batch, [self._pool.submit(self._fill, batch, r, int(item), int(e)) for r, (item, e) in enumerate(zip(rows, epochs)) if item >= 0]
 
     def _stop_producer(self) -> None:
         self._stop.set()
@@ -706,7 +730,7 @@ class _RecordIter:
         count = 0
         q: queue.Queue[Any] = queue.Queue(2)
         stop = threading.Event()
-        thread = threading.Thread(target=self._produce, args=(plan, q, stop), daemon=True)
+        thread = threading.Thread(target=_produce, args=(weakref.ref(self), plan, q, stop), daemon=True)
         thread.start()
         try:
             while True:
@@ -755,19 +779,7 @@ class ImageRecordIter(_RecordIter):
 
     NAME = "ImageRecordIter"
     TABLE = RECORD_ITER_ARGS
-
-    def _check_dtype(self) -> None:
-        dtype = self.args["dtype"] or "float32"
-        if dtype not in ("float32", "float16", "float64", "uint8", "int8"):
-            raise OptionError(f"unknown dtype for ImageRecordIter: {dtype} (float32, float16, float64, uint8 and int8 are known)", "dtype")
-        self.dtype = np.dtype(dtype)
-
-    def _setup_augmenter(self) -> None:
-        a = self.args
-        fields = {name: a[name] for name in ImageAugmenter.__dataclass_fields__ if name in a and name != "data_shape"}
-        self.augmenter = ImageAugmenter(data_shape=self.data_shape, **fields)
-        for name, message in self.augmenter.check():
-            raise OptionError(message, name)
+    DTYPES = ("float32", "float16", "float64", "uint8", "int8")
 
     def _normalizer(self, dtype: np.dtype, mean_img: np.ndarray | None) -> Normalizer:
         a = self.args
@@ -838,19 +850,8 @@ class ImageDetRecordIter(_RecordIter):
     NAME = "ImageDetRecordIter"
     TABLE = DET_ITER_ARGS
     FACES = False
-
-    def _check_dtype(self) -> None:
-        dtype = self.args["dtype"] or "float32"
-        if dtype not in ("float32", "float16", "float64"):
-            raise OptionError(f"unknown dtype for ImageDetRecordIter: {dtype} (float32, float16 and float64 are known)", "dtype")
-        self.dtype = np.dtype(dtype)
-
-    def _setup_augmenter(self) -> None:
-        a = self.args
-        fields = {name: a[name] for name in DetAugmenter.__dataclass_fields__ if name in a and name != "data_shape"}
-        self.augmenter = DetAugmenter(data_shape=self.data_shape, **fields)
-        for name, message in self.augmenter.check():
-            raise OptionError(message, name)
+    DTYPES = ("float32", "float16", "float64")
+    AUGMENTER = DetAugmenter
 
     def _splits_by_bytes(self) -> bool:
         return True

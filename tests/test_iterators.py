@@ -612,3 +612,24 @@ def test_readme_section_runs_as_written(real_size_recs, tmp_path, monkeypatch):
     exec(compile(blocks[0], "README.md", "exec"), scope)
     assert scope["x"].shape == (64, 3, 224, 224) and scope["y"].shape == (64,) and scope["n"] == 100 - 64  # the last batch
     scope["train"].close()
+
+
+def test_an_iterator_dropped_without_close_stops_its_threads(inputs):
+    """MXNet code never closes its iterators: one let go mid-epoch is collected, its threads end."""
+    import gc
+    import threading
+    import time
+
+    def ours():
+        return [t for t in threading.enumerate() if t.name.startswith("im2rec-")]
+
+    before = len(ours())
+    it = _make(CONFIGS["resize"], inputs, prefetch_buffer=3)
+    it.next()
+    time.sleep(0.3)  # the background thread waits with full batches
+    assert len(ours()) > before
+    del it
+    gc.collect()
+    with deadline(30, "the iterator's threads to end"):
+        while len(ours()) > before:
+            time.sleep(0.05)
