@@ -70,6 +70,12 @@ def _border(fill: int) -> tuple[int, int, int, int]:
     return (fill, fill, fill, 0)
 
 
+def _uniform(rng: np.random.Generator, low: float, high: float) -> float:
+    """``std::uniform_real_distribution(low, high)`` as libstdc++ draws it: ``low + (high - low) * u``
+    (also when ``high < low``, which MXNet's crop-box ranges can give and numpy refuses)."""
+    return float(low + (high - low) * rng.random())
+
+
 def _round_half_away(x: Any) -> Any:
     """C's ``std::round`` (halves away from zero), where numpy's rounds halves to even."""
     return np.sign(x) * np.floor(np.abs(x) + 0.5)
@@ -315,8 +321,8 @@ class ImageAugmenter:
                 rows, cols = res.shape[:2]
                 area = F32(rows * cols)
                 for _ in range(10):
-                    rand_area = F32(rng.uniform(self.min_random_area, self.max_random_area))
-                    ratio = F32(rng.uniform(lo, hi))
+                    rand_area = F32(_uniform(rng, self.min_random_area, self.max_random_area))
+                    ratio = F32(_uniform(rng, lo, hi))
                     target = area * rand_area
                     y_area = int(_round_half_away(math.sqrt(target / ratio)))
                     x_area = int(_round_half_away(math.sqrt(target * ratio)))
@@ -416,9 +422,9 @@ class ImageAugmenter:
 
     def _jitter(self, res: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Brightness, contrast and saturation, in a random order, as OpenCV's convertTo/addWeighted do."""
-        alpha_b = 1.0 + F32(rng.uniform(-self.brightness, self.brightness))
-        alpha_c = 1.0 + F32(rng.uniform(-self.contrast, self.contrast))
-        alpha_s = 1.0 + F32(rng.uniform(-self.saturation, self.saturation))
+        alpha_b = 1.0 + F32(_uniform(rng, -self.brightness, self.brightness))
+        alpha_c = 1.0 + F32(_uniform(rng, -self.contrast, self.contrast))
+        alpha_s = 1.0 + F32(_uniform(rng, -self.saturation, self.saturation))
         for step in rng.permutation(3):
             if step == 0:
                 res = _saturate_u8(res.astype(F32) * F32(alpha_b))
@@ -679,10 +685,10 @@ class DetAugmenter:
         label = DetLabel(raw_label)
 
         if self.random_hue_prob > 0 or self.random_saturation_prob > 0 or self.random_illumination_prob > 0 or self.random_contrast_prob > 0:
-            h = int(F32(rng.uniform(-1, 1)) * self.max_random_hue)
-            s = int(F32(rng.uniform(-1, 1)) * self.max_random_saturation)
-            l = int(F32(rng.uniform(-1, 1)) * self.max_random_illumination)  # noqa: E741
-            c = F32(rng.uniform(-1, 1)) * F32(self.max_random_contrast)
+            h = int(F32(_uniform(rng, -1, 1)) * self.max_random_hue)
+            s = int(F32(_uniform(rng, -1, 1)) * self.max_random_saturation)
+            l = int(F32(_uniform(rng, -1, 1)) * self.max_random_illumination)  # noqa: E741
+            c = F32(_uniform(rng, -1, 1)) * F32(self.max_random_contrast)
             h = h if rng.random() < self.random_hue_prob else 0
             s = s if rng.random() < self.random_saturation_prob else 0
             l = l if rng.random() < self.random_illumination_prob else 0  # noqa: E741
@@ -697,9 +703,9 @@ class DetAugmenter:
             res = cv2.flip(res, 1)
 
         if self.rand_pad_prob > 0 and self.max_pad_scale > 1 and rng.random() < self.rand_pad_prob:
-            scale = F32(rng.uniform(1, self.max_pad_scale))
+            scale = F32(_uniform(rng, 1, self.max_pad_scale))
             if scale >= F32(1.05):
-                x0, y0 = F32(rng.uniform(0, scale - 1)), F32(rng.uniform(0, scale - 1))
+                x0, y0 = F32(_uniform(rng, 0, scale - 1)), F32(_uniform(rng, 0, scale - 1))
                 label.objects = label.project(-x0, -y0, scale, scale)
                 rows, cols = res.shape[:2]
                 left, top = int(x0 * F32(cols)), int(y0 * F32(rows))
@@ -714,8 +720,10 @@ class DetAugmenter:
                 for _ in range(int(sampler["max_crop_trials"])):
                     rows, cols = res.shape[:2]
                     box = self._crop_box(sampler, F32(cols) / F32(rows), rng)
+                    bx, by, bw, bh = box
+                    if int(bh * F32(rows)) < 1 or int(bw * F32(cols)) < 1:
+                        continue  # a box of no pixel (MXNet's resize would abort on it): another trial
                     if label.try_crop(box, sampler, self.crop_emit_mode, self.emit_overlap_thresh):
-                        bx, by, bw, bh = box
                         left, top = int(bx * F32(cols)), int(by * F32(rows))
                         res = res[top : top + int(bh * F32(rows)), left : left + int(bw * F32(cols))]
                         done = True
@@ -736,13 +744,13 @@ class DetAugmenter:
     @staticmethod
     def _crop_box(s: dict[str, float], aspect: F32, rng: np.random.Generator) -> tuple[F32, F32, F32, F32]:
         """``GenerateCropBox``: a box (relative x, y, w, h) of random scale and aspect ratio."""
-        scale = F32(rng.uniform(s["min_crop_scales"], s["max_crop_scales"])) + F32(1e-12)
+        scale = F32(_uniform(rng, s["min_crop_scales"], s["max_crop_scales"])) + F32(1e-12)
         lo = max(F32(s["min_crop_aspect_ratios"]) / aspect, scale * scale)
         hi = min(F32(s["max_crop_aspect_ratios"]) / aspect, F32(1.0 / (scale * scale)))
-        ratio = F32(math.sqrt(F32(rng.uniform(lo, hi))))
+        ratio = F32(math.sqrt(F32(_uniform(rng, lo, hi))))
         w = min(F32(1), scale * ratio)
         h = min(F32(1), scale / ratio)
-        return F32(rng.uniform(0, 1 - w)), F32(rng.uniform(0, 1 - h)), w, h
+        return F32(_uniform(rng, 0, 1 - w)), F32(_uniform(rng, 0, 1 - h)), w, h
 
 
 class DetNormalizer:

@@ -633,3 +633,76 @@ def test_an_iterator_dropped_without_close_stops_its_threads(inputs):
     with deadline(30, "the iterator's threads to end"):
         while len(ours()) > before:
             time.sleep(0.05)
+
+
+# --------------------------------------------------------------------------- detection: boxes follow the pixels
+
+
+@pytest.fixture(scope="module")
+def red_box_rec(tmp_path_factory):
+    """Detection records of a red rectangle on grey (lossless PNG), labelled with its box."""
+    import cv2
+
+    out = tmp_path_factory.mktemp("det")
+    rec = out / "boxes.rec"
+    rng = np.random.default_rng(3)
+    with recordio.RecordWriter(rec, out / "boxes.idx") as w:
+        for k in range(12):
+            h, wd = int(rng.integers(120, 220)), int(rng.integers(120, 220))
+            img = np.full((h, wd, 3), 128, np.uint8)
+            x0, y0 = int(rng.integers(0, wd // 2)), int(rng.integers(0, h // 2))
+            x1, y1 = x0 + int(rng.integers(30, wd // 2)), y0 + int(rng.integers(30, h // 2))
+            img[y0:y1, x0:x1] = (0, 0, 255)
+            label = [2, 5, 1, x0 / wd, y0 / h, x1 / wd, y1 / h]
+            w.write_idx(k, recordio.pack(recordio.IRHeader(len(label), label, k, 0), cv2.imencode(".png", img)[1].tobytes()))
+    return rec
+
+
+def _red_box(row, rows, cols):
+    red = (row[0, :rows, :cols] > 200) & (row[1, :rows, :cols] < 60)
+    ys, xs = np.nonzero(red)
+    return xs.min(), ys.min(), xs.max() + 1, ys.max() + 1
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"rand_mirror_prob": 1.0},
+        {"rand_pad_prob": 1.0, "max_pad_scale": 2.0},
+        {"rand_crop_prob": 1.0, "min_crop_scales": (0.5,), "max_crop_scales": (0.9,), "min_crop_aspect_ratios": (0.7,), "max_crop_aspect_ratios": (1.4,), "min_crop_object_coverages": (0.95,)},
+        {"rand_crop_prob": 1.0, "rand_pad_prob": 1.0, "max_pad_scale": 1.5, "rand_mirror_prob": 0.5, "min_crop_scales": (0.6,), "min_crop_object_coverages": (0.95,), "resize_mode": "fit"},
+    ],
+)
+def test_random_crops_pads_and_mirrors_move_the_boxes_with_the_pixels(red_box_rec, kw):
+    moved = 0
+    for seed in range(3):
+        with im2rec.ImageDetRecordIter(path_imgrec=str(red_box_rec), data_shape=(3, 96, 96), batch_size=4, seed_aug=seed, **kw) as it:
+            for b in it:
+                for row, lab in zip(b.data[0], b.label[0]):
+                    channels, rows, cols, n = (int(v) for v in lab[:4])
+                    assert (channels, n) == (3, 7)
+                    x0, y0, x1, y1 = (float(v) for v in lab[7:11])
+                    got = _red_box(row, rows, cols)
+                    want = (x0 * cols, y0 * rows, x1 * cols, y1 * rows)
+                    assert np.allclose(got, want, atol=2.5), (got, want, lab.tolist())
+                    moved += not np.allclose(lab[7:11], [0, 0, 1, 1])
+    assert moved > 0
+
+
+def test_real_size_detection_with_default_arguments(real_size_folders, tmp_path):
+    from click.testing import CliRunner
+
+    from im2rec.cli import main
+
+    root = real_size_folders["imagenet"]
+    assert CliRunner().invoke(main, ["list", str(root), str(tmp_path / "all")]).exit_code == 0
+    lines = [line.split("\t") for line in (tmp_path / "all.lst").read_text().splitlines()]
+    (tmp_path / "det.lst").write_text("".join(f"{i}\t2\t5\t{c}\t0.1\t0.2\t0.6\t0.9\t{p}\n" for i, c, p in lines))
+    result = CliRunner().invoke(main, ["pack", str(tmp_path / "det.lst"), str(root), "--pack-label", "-q"])
+    assert result.exit_code == 0, result.output
+    with deadline(300, "a detection epoch"), im2rec.ImageDetRecordIter(path_imgrec=str(tmp_path / "det.rec"), data_shape=(3, 300, 300), batch_size=6) as it:
+        batches = list(it)
+    assert it.provide_label == [("softmax_label", (6, 11))]
+    labels = np.concatenate([b.label[0] for b in batches])[: len(lines)]
+    assert np.allclose(labels[:, :4], [3, 300, 300, 7]) and np.allclose(labels[:, 7:11], [0.1, 0.2, 0.6, 0.9], atol=1e-6)
+    assert batches[0].data[0].shape == (6, 3, 300, 300)
