@@ -115,21 +115,30 @@ def resize_cubic(img: np.ndarray, size: tuple[int, int]) -> np.ndarray:
         return img.copy()
     x0, xw = _cubic_taps(cols, w)
     y0, yw = _cubic_taps(rows, h)
-    xi = np.clip(x0[:, None] + np.arange(-1, 3)[None, :], 0, cols - 1)
-    horizontal = np.einsum("rwkc,wk->rwc", src[:, xi, :].astype(np.int64), xw).reshape(rows, w * channels)
-    yi = np.clip(y0[:, None] + np.arange(-1, 3)[None, :], 0, rows - 1)
-    taps = horizontal[yi]  # (h, 4, w * channels)
     width = w * channels
+    yi = np.clip(y0[:, None] + np.arange(-1, 3)[None, :], 0, rows - 1)
+    used = np.unique(yi)  # the source rows the vertical pass reads
+    # horizontal: OpenCV's integer sums, computed in float32, where they are exact (< 2**24)
+    xi = np.clip(x0[None, :] + np.arange(-1, 3)[:, None], 0, cols - 1)
+    taps = np.take(src.reshape(rows, cols * channels)[used], (xi[:, :, None] * channels + np.arange(channels)).reshape(4 * width), axis=1)
+    taps = taps.astype(F32).reshape(len(used), 4, width)
+    weights = np.repeat(xw.T.astype(F32), channels, axis=1)
+    horizontal = taps[:, 0] * weights[0]
+    for k in (1, 2, 3):
+        horizontal += taps[:, k] * weights[k]
+    at = np.searchsorted(used, yi)
     n = width // 8 * 8
     out = np.empty((h, width), dtype=np.uint8)
-    beta = (yw.astype(F32) * (F32(1) / F32(_RESIZE_COEF_SCALE * _RESIZE_COEF_SCALE))).astype(F32)[:, :, None]
-    t = taps[:, :, :n].astype(F32)
-    acc = t[:, 0] * beta[:, 0] + t[:, 1] * beta[:, 1]
-    acc = acc + t[:, 2] * beta[:, 2]
-    acc = acc + t[:, 3] * beta[:, 3]
-    out[:, :n] = np.clip(np.rint(acc), 0, 255)
-    tail = np.einsum("hkx,hk->hx", taps[:, :, n:], yw)
-    out[:, n:] = np.clip((tail + (1 << 21)) >> 22, 0, 255)
+    beta = (yw.astype(F32) * (F32(1) / F32(_RESIZE_COEF_SCALE * _RESIZE_COEF_SCALE))).astype(F32)
+    head = horizontal[:, :n]
+    acc = head[at[:, 0]] * beta[:, 0:1]
+    for k in (1, 2, 3):
+        acc += head[at[:, k]] * beta[:, k : k + 1]
+    out[:, :n] = np.clip(np.rint(acc, out=acc), 0, 255)
+    if n < width:
+        tail = horizontal[:, n:].astype(np.int64)
+        fixed = sum(tail[at[:, k]] * yw[:, k : k + 1] for k in range(4))
+        out[:, n:] = np.clip((fixed + (1 << 21)) >> 22, 0, 255)
     out = out.reshape(h, w, channels)
     return out if img.ndim == 3 else out[:, :, 0]
 

@@ -19,6 +19,7 @@ follow) are detected: the dataset then yields only the images, and
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -34,6 +35,8 @@ from .image import opencv
 from .recordio import IRHEADER_SIZE, IRHEADER_STRUCT, IRHeader, RecordReader, idx_path_of, insightface_header, unpack
 
 __all__ = ["MODES", "RecordDataset", "idx_path_of", "insightface_header"]
+
+log = logging.getLogger(__name__)
 
 #: How ``ds[i]`` returns the image.
 MODES = ("rgb", "bgr", "gray", "unchanged", "raw")
@@ -96,6 +99,8 @@ class RecordDataset:
         retries: for URLs, how often a transient failure (timeout, 5xx, throttling, a
             dropped connection) is retried, with backoff, before the read fails.
         index: the ``.idx`` of a single ``.rec`` that does not have it beside it.
+        scan: a local ``.rec`` without an ``.idx`` is read through to find its records (keys
+            0, 1, ... in file order; damaged bytes skipped, and logged) instead of refused.
 
     Items are ``(image, label)``: the label is a float (scalar records) or a float32
     array (records with flag > 0), as ``mx.recordio.unpack`` gives.
@@ -121,6 +126,7 @@ class RecordDataset:
         block_bytes: int = BLOCK_BYTES,
         retries: int = storage.RETRIES,
         index: PathLike | None = None,
+        scan: bool = False,
     ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -150,7 +156,17 @@ class RecordDataset:
             idx = os.fspath(index) if index is not None else idx_path_of(path)
             if not storage.there(path, storage_options):
                 raise Im2recError(storage.missing(path))
+            if os.path.isdir(path):
+                raise Im2recError(f"{path}: is a folder: give a .rec file, a list of them, or a shard manifest")
             if not storage.there(idx, storage_options):
+                if scan and not storage.is_url(path):
+                    reader = RecordReader(path, None)
+                    problems = reader.scan_index()
+                    log.info("%s: no .idx: %d records found by reading the file", path, len(reader.require_index()))
+                    for problem in problems:
+                        log.warning("%s", problem)
+                    self.readers.append(reader)
+                    continue
                 raise Im2recError(f"{storage.missing(idx)}: reading {path} needs its .idx (`im2rec index {path}` writes one)")
             self.readers.append(RecordReader(path, idx, storage_options=storage_options, source_options=source_options))
         self.remote = any(r.remote for r in self.readers)

@@ -51,7 +51,7 @@ import numpy as np
 from . import ndfile
 from .augment import CROP_EMIT_MODES, CROP_SAMPLER_ARGS, RESIZE_MODES, DetAugmenter, DetNormalizer, ImageAugmenter, Normalizer, decode_for_iterator
 from .dataset import RecordDataset
-from .errors import Im2recError, ImageError, LabelError, OptionError
+from .errors import Im2recError, ImageError, LabelError, OptionError, RecordIOError
 from .lst import iter_lst
 
 __all__ = ["DataBatch", "DataDesc", "ImageDetRecordIter", "ImageRecordIter"]
@@ -107,7 +107,10 @@ class Arg:
     inert: bool = False
 
 
-_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "uint8", "int8")
+#: The dtypes each iterator makes batches of: MXNet's three, and float16/float64 beside them
+#: (computed in float32, then cast). MXNet's other dtype names are refused.
+RECORD_DTYPES = ("float32", "float16", "float64", "uint8", "int8")
+DET_DTYPES = ("float32", "float16", "float64")
 _READER_ARGS = {
     "path_imglist": Arg("str", ""),
     "label_width": Arg("int", 1, lower=1),
@@ -124,7 +127,6 @@ _READER_ARGS = {
     "round_batch": Arg("bool", True),
     "prefetch_buffer": Arg("int", 4, lower=1),
     "ctx": Arg("choice", "gpu", choices=("cpu", "gpu"), inert=True),
-    "dtype": Arg("choice", None, choices=_DTYPES),
     "mean_img": Arg("str", ""),
     "mean_r": Arg("float", 0.0),
     "mean_g": Arg("float", 0.0),
@@ -145,6 +147,7 @@ _READER_ARGS = {
 }
 RECORD_ITER_ARGS: dict[str, Arg] = {
     **_READER_ARGS,
+    "dtype": Arg("choice", None, choices=RECORD_DTYPES),
     "path_imgrec": Arg("str", ""),
     "aug_seq": Arg("choice", "aug_default", choices=("aug_default",)),
     "device_id": Arg("int", 0, inert=True),
@@ -184,6 +187,7 @@ RECORD_ITER_ARGS: dict[str, Arg] = {
 }
 DET_ITER_ARGS: dict[str, Arg] = {
     **_READER_ARGS,
+    "dtype": Arg("choice", None, choices=DET_DTYPES),
     "path_imgrec": Arg("str", "./data/imgrec.rec"),
     "aug_seq": Arg("choice", "det_aug_default", choices=("det_aug_default",)),
     "label_width": Arg("int", -1),
@@ -327,6 +331,14 @@ def parse_arguments(what: str, table: Mapping[str, Arg], kwargs: Mapping[str, An
         raise OptionError(f"Invalid Parameter part_index={args['part_index']}: it must be less than num_parts={args['num_parts']}", "part_index")
     if not args["path_imgrec"]:
         raise OptionError(f"{what}: must specify path_imgrec", "path_imgrec")
+    if args["resize"] != -1 and args["resize"] <= 0:
+        raise OptionError(f"value {args['resize']} for Parameter resize must be -1 (no resize) or a size in pixels", "resize")
+    for name in ("pad", "max_rotate_angle"):
+        if args.get(name, 0) < 0:
+            raise OptionError(f"value {args[name]} for Parameter {name} should be greater equal to 0", name)
+    for name in ("min_random_scale", "max_random_scale", "max_pad_scale"):
+        if name in args and args[name] <= 0:
+            raise OptionError(f"value {args[name]:g} for Parameter {name} must be above 0", name)
     return args
 
 
@@ -467,7 +479,6 @@ class _RecordIter:
     NAME = ""
     TABLE: Mapping[str, Arg] = {}
     FACES: bool | str = "auto"  # RecordDataset's insightface=: whether a face set's layout is looked for
-    DTYPES: tuple[str, ...] = ()  # the dtype values it makes batches of
     AUGMENTER: Any = ImageAugmenter
     dtype: np.dtype
 
@@ -475,9 +486,12 @@ class _RecordIter:
         self.args = a = parse_arguments(self.NAME, self.TABLE, kwargs)
         self.batch_size: int = a["batch_size"]
         self.data_shape: tuple[int, int, int] = (a["data_shape"][0], a["data_shape"][1], a["data_shape"][2])
-        self._check_dtype()
+        self.dtype = np.dtype(a["dtype"] or "float32")
         self._setup_augmenter()
-        self.dataset = RecordDataset(a["path_imgrec"], mode="raw", storage_options=a["storage_options"], index=a["path_imgidx"] or None, insightface=self.FACES)
+        if a["path_imglist"] and not os.path.exists(a["path_imglist"]):
+            raise OptionError(f"{a['path_imglist']}: no such file (path_imglist)", "path_imglist")
+        # without path_imgidx MXNet reads the .rec through: so does this, when no .idx is beside it
+        self.dataset = RecordDataset(a["path_imgrec"], mode="raw", storage_options=a["storage_options"], index=a["path_imgidx"] or None, insightface=self.FACES, scan=not a["path_imgidx"])
         positions = self.dataset.positions if self._splits_by_bytes() else None
         self.part = part_items(len(self.dataset), a["num_parts"], a["part_index"], positions, self.dataset.total_bytes)
         self._list = self._read_list() if a["path_imglist"] else None
@@ -503,13 +517,6 @@ class _RecordIter:
         self.provide_label = [DataDesc(a["label_name"], self._label_shape(), np.float32)]
         self._current: _Batch | None = None
         self._start_epoch()
-
-    def _check_dtype(self) -> None:
-        dtype = self.args["dtype"] or "float32"
-        if dtype not in self.DTYPES:
-            known = f"{', '.join(self.DTYPES[:-1])} and {self.DTYPES[-1]}"
-            raise OptionError(f"unknown dtype for {self.NAME}: {dtype} ({known} are known)", "dtype")
-        self.dtype = np.dtype(dtype)
 
     def _setup_augmenter(self) -> None:
         fields = {f.name: self.args[f.name] for f in dataclasses.fields(self.AUGMENTER) if f.name in self.args and f.name != "data_shape"}
@@ -557,6 +564,14 @@ class _RecordIter:
         if labels is None:
             raise LabelError(f"{self.args['path_imglist']}: no line has the index {header_id}, the id of {self._where(item)}")
         return labels
+
+    def _record(self, item: int) -> tuple[Any, Any]:
+        """Item ``item``'s header and image bytes; a damaged record's error names its key too."""
+        try:
+            return self.dataset.record(item)
+        except RecordIOError as e:
+            key = self.dataset.locate(item)[2]
+            raise type(e)(f"{e} (the record of .idx key {key})", e.offset) from None
 
     def _decode(self, image: Any, item: int) -> np.ndarray:
         channels = self.data_shape[0]
@@ -779,7 +794,6 @@ class ImageRecordIter(_RecordIter):
 
     NAME = "ImageRecordIter"
     TABLE = RECORD_ITER_ARGS
-    DTYPES = ("float32", "float16", "float64", "uint8", "int8")
 
     def _normalizer(self, dtype: np.dtype, mean_img: np.ndarray | None) -> Normalizer:
         a = self.args
@@ -816,7 +830,7 @@ class ImageRecordIter(_RecordIter):
         return header.label
 
     def _fill(self, batch: _Batch, row: int, item: int, epoch: int) -> None:
-        header, image = self.dataset.record(item)
+        header, image = self._record(item)
         label = self._labels(header, item)
         img = self._decode(image, item)
         rng = self._rng(epoch, item)
@@ -850,7 +864,6 @@ class ImageDetRecordIter(_RecordIter):
     NAME = "ImageDetRecordIter"
     TABLE = DET_ITER_ARGS
     FACES = False
-    DTYPES = ("float32", "float16", "float64")
     AUGMENTER = DetAugmenter
 
     def _splits_by_bytes(self) -> bool:
@@ -894,7 +907,7 @@ class ImageDetRecordIter(_RecordIter):
         return (self.batch_size, self.label_pad_width + 4)
 
     def _fill(self, batch: _Batch, row: int, item: int, epoch: int) -> None:
-        header, image = self.dataset.record(item)
+        header, image = self._record(item)
         if self._list is not None:
             raw = np.asarray(self._listed_labels(header.id, item), dtype=np.float32)
         elif header.flag > 0:

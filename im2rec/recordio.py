@@ -892,6 +892,20 @@ class RecordReader:
             self.index = read_index(self.idx_path, key_type, storage_options=storage_options)
             self.index.validate(self.size, self.path)
 
+    def scan_index(self) -> list[RecordIOError]:
+        """Find the records by reading the file (``walk``), for a ``.rec`` without its ``.idx``:
+        ``index`` becomes the one ``im2rec index --keys counter`` would write (keys 0, 1, ...
+        in file order). Damaged bytes are skipped; their errors are returned."""
+        offsets, problems = [], []
+        for pos, _, _, error in self.walk():
+            if error is None:
+                offsets.append(pos)
+            else:
+                problems.append(error)
+        self.index = RecordIndex(f"{self.path} (scanned)", np.arange(len(offsets), dtype=np.int64), np.asarray(offsets, dtype=np.int64))
+        self._ends = None
+        return problems
+
     def require_index(self) -> RecordIndex:
         """The parsed ``.idx``.
 

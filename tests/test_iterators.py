@@ -156,6 +156,19 @@ def test_imdecode_is_mxnets(inputs):
     assert checked == 4 * len(reader)
 
 
+def test_cubic_resize_is_opencv_342s():
+    from im2rec.augment import resize_cubic
+
+    reader = recordio.RecordReader(GOLD / "images.rec", GOLD / "images.idx")
+    checked = 0
+    for key in reader.keys():
+        img = im2rec.imdecode(recordio.unpack(reader.read(key))[1], to_rgb=False)
+        for w, h in [(37, 23), (61, 90), (13, 13), (200, 150)]:
+            assert hashlib.sha256(resize_cubic(img, (w, h)).tobytes()).hexdigest() == str(MXNET[f"cubic/{key}/{w}x{h}"]), (key, w, h)
+            checked += 1
+    assert checked == 4 * len(reader)
+
+
 def test_imdecode_refuses_in_words():
     with pytest.raises(ImageError, match=r"^imdecode: 5 bytes that OpenCV cannot decode as an image$"):
         im2rec.imdecode(b"hello")
@@ -244,8 +257,11 @@ def _args(**kw):
         (_args(label_width=0), "value 0 for Parameter label_width should be greater equal to 1", "label_width"),
         (_args(batch_size="many"), "Invalid Parameter format for batch_size expect int but value='many'", "batch_size"),
         (_args(rand_mirror="yes"), "Invalid Parameter format for rand_mirror expect boolean but value='yes'", "rand_mirror"),
-        (_args(dtype="complex64"), "Invalid Input: 'complex64' for Parameter dtype, valid values are: {float32, float64, float16, bfloat16, int64, int32, uint8, int8}", "dtype"),
-        (_args(dtype="int32"), "unknown dtype for ImageRecordIter: int32 (float32, float16, float64, uint8 and int8 are known)", "dtype"),
+        (_args(dtype="complex64"), "Invalid Input: 'complex64' for Parameter dtype, valid values are: {float32, float16, float64, uint8, int8}", "dtype"),
+        (_args(dtype="int32"), "Invalid Input: 'int32' for Parameter dtype, valid values are: {float32, float16, float64, uint8, int8}", "dtype"),
+        (_args(resize=0), "value 0 for Parameter resize must be -1 (no resize) or a size in pixels", "resize"),
+        (_args(pad=-2), "value -2 for Parameter pad should be greater equal to 0", "pad"),
+        (_args(path_imglist="nope.lst"), "nope.lst: no such file (path_imglist)", "path_imglist"),
         (_args(inter_method=5), "invalid inter_method 5: valid values are 0-4, 9 and 10", "inter_method"),
         (_args(path_imgrec=""), "ImageRecordIter: must specify path_imgrec", "path_imgrec"),
         (_args(random_resized_crop=True, rand_crop=True), "random_resized_crop conflicts with min_random_scale, max_random_scale, min_crop_size, max_crop_size and rand_crop", "random_resized_crop"),
@@ -458,6 +474,35 @@ def test_a_damaged_image_names_the_rec_key_and_offset_and_does_not_hang(tmp_path
         assert str(e.value) == f"{tmp_path / 'bad.rec'}: record 7 (byte {offset}): the image cannot be decoded (20 bytes)"
         with pytest.raises(ImageError):  # asked again: the same error, not a hang
             it.next()
+
+
+def test_a_damaged_record_names_its_key(tmp_path):
+    from im2rec.errors import BadMagicError
+
+    data = bytearray((GOLD / "images.rec").read_bytes())
+    offset = recordio.read_index(GOLD / "images.idx").offset(7)
+    data[offset : offset + 4] = b"\0\0\0\0"
+    (tmp_path / "bad.rec").write_bytes(bytes(data))
+    shutil.copy(GOLD / "images.idx", tmp_path / "bad.idx")
+    with im2rec.ImageRecordIter(path_imgrec=str(tmp_path / "bad.rec"), data_shape=(3, 24, 24), batch_size=4, resize=28) as it, pytest.raises(BadMagicError) as e:
+        list(it)
+    assert str(e.value) == f"{tmp_path / 'bad.rec'}: no record at byte {offset}: expected the magic 0xced7230a, found 0x00000000 (the record of .idx key 7)"
+
+
+def test_a_rec_without_its_idx_is_read_through_as_mxnet_reads_it(inputs, tmp_path):
+    shutil.copy(inputs / "images.rec", tmp_path / "images.rec")
+    for k in range(3):  # the byte-range parts, as MXNet's without path_imgidx
+        config = dict(CONFIGS[f"parts_bytes_{k}"], path_imgrec=str(tmp_path / "images.rec"))
+        with _make(config, inputs) as it:
+            assert _compare(f"parts_bytes_{k}", it) == []
+    with pytest.raises(Im2recError, match=r"images\.idx: no such file: reading .* needs its \.idx"):
+        _make(dict(CONFIGS["resize"], path_imgrec=str(tmp_path / "images.rec"), path_imgidx=str(tmp_path / "images.idx")), inputs)
+
+
+def test_a_folder_is_no_rec(tmp_path):
+    with pytest.raises(Im2recError) as e:
+        im2rec.ImageRecordIter(path_imgrec=str(tmp_path), data_shape=(3, 24, 24), batch_size=4)
+    assert str(e.value) == f"{tmp_path}: is a folder: give a .rec file, a list of them, or a shard manifest"
 
 
 def test_labels_that_do_not_fit_are_named(inputs):

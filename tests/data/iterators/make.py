@@ -23,7 +23,8 @@ else as float32. ``mean.nd`` is the mean image MXNet wrote for the ``mean_img_cr
 configuration. Rows are stored once each (``rows/<hash>``; ``<config>/data/<batch>`` lists a
 batch's row names), in the smallest dtype that holds their values exactly. ``imdecode/KEY/
 FLAG/TO_RGB`` holds the sha256 and shape of ``mx.image.imdecode`` of each image;
-``epochs/E/labels`` and ``/pads`` three epochs of one configuration.
+``epochs/E/labels`` and ``/pads`` three epochs of one configuration; ``cubic/KEY/WxH`` the
+sha256 of MXNet's ``mx.image.imresize(..., interp=2)`` (OpenCV 3.4.2) of each image.
 ``tests/test_iterators.py`` compares im2rec's iterators with them.
 """
 
@@ -49,6 +50,7 @@ ODD = HERE.parent / "odd"
 MXNET_SCRIPT = r"""
 import hashlib, json, sys, numpy as np, mxnet as mx
 configs = json.load(open("configs.json"))
+CUBIC_SIZES = [(37, 23), (61, 90), (13, 13), (200, 150)]
 out = {}
 
 def exact(a):
@@ -93,6 +95,10 @@ for key in rec.keys:
         for to_rgb in (True, False):
             a = mx.image.imdecode(img, flag=flag, to_rgb=to_rgb).asnumpy()
             out[f"imdecode/{key}/{flag}/{int(to_rgb)}"] = np.array([hashlib.sha256(a.tobytes()).hexdigest(), str(a.shape)])
+    bgr = mx.image.imdecode(img, flag=1, to_rgb=False)
+    for w, h in CUBIC_SIZES:  # OpenCV 3.4.2's cubic resize, as MXNet's wheels carry it
+        a = mx.image.imresize(bgr, w, h, interp=2).asnumpy()
+        out[f"cubic/{key}/{w}x{h}"] = np.array(hashlib.sha256(a.tobytes()).hexdigest())
 np.savez_compressed("golden.npz", **out)
 """
 
