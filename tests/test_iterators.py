@@ -632,14 +632,17 @@ def test_a_rec_in_s3_reads_as_the_local_one(inputs):
     s3fs = pytest.importorskip("s3fs")
     from conftest import s3_endpoint
 
-    with s3_endpoint() as endpoint:
+    with s3_endpoint() as endpoint:  # moto's buckets live as long as the process: one of our own, removed after
         fs = s3fs.S3FileSystem(skip_instance_cache=True, endpoint_url=endpoint)
-        fs.mkdir("data")
-        fs.put(str(inputs / "images.rec"), "data/images.rec")
-        fs.put(str(inputs / "images.idx"), "data/images.idx")
-        config = dict(CONFIGS["mirror_mean_std"], path_imgrec="s3://data/images.rec", path_imgidx="s3://data/images.idx")
-        with _make(config, inputs) as it:
-            assert _compare("mirror_mean_std", it) == []
+        fs.mkdir("iterators")
+        try:
+            fs.put(str(inputs / "images.rec"), "iterators/images.rec")
+            fs.put(str(inputs / "images.idx"), "iterators/images.idx")
+            config = dict(CONFIGS["mirror_mean_std"], path_imgrec="s3://iterators/images.rec", path_imgidx="s3://iterators/images.idx")
+            with _make(config, inputs) as it:
+                assert _compare("mirror_mean_std", it) == []
+        finally:
+            fs.rm("iterators", recursive=True)
 
 
 def test_readme_section_runs_as_written(real_size_recs, tmp_path, monkeypatch):
