@@ -29,8 +29,12 @@ unchanged either way (one decode gives both).
 
 from __future__ import annotations
 
+import os
 import random
 import struct
+import sys
+import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -413,21 +417,99 @@ def _full_size(data: bytes, info: tuple[str, int, int], factor: int, shape: tupl
     return (height, width) if tuple(shape[:2]) == straight else (width, height)
 
 
+# --------------------------------------------------------------------------- what the decoders say
+
+#: The beginnings of libjpeg's warnings about damaged data (jerror.h's JWRN_*): OpenCV's decoder
+#: prints the first one to stderr and returns the image anyway, grey where the data was lost.
+JPEG_DAMAGE = ("Corrupt JPEG data: ", "Premature end of JPEG file", "Invalid SOS parameters", "Inconsistent progression sequence", "Huffman table 0x", "Bogus ")
+_DECODER_LOCK = threading.Lock()
+
+
+class _Stderr:
+    """File descriptor 2, caught in a temporary file while a decoder runs (one per process)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.file = tempfile.TemporaryFile()  # noqa: SIM115 (kept open for the process: each decode reuses it)
+
+    @classmethod
+    def here(cls) -> _Stderr:
+        current = _STDERR.get("now")
+        if current is None or current.pid != os.getpid():  # a forked child shares its parent's file offset
+            current = _STDERR["now"] = cls()
+        return current
+
+
+_STDERR: dict[str, _Stderr] = {}
+
+
+def decode_said(data: bytes, flag: int) -> tuple[np.ndarray | None, list[str]]:
+    """``cv2.imdecode(data, flag)`` and the lines libjpeg and libpng printed meanwhile.
+
+    OpenCV lets those libraries print to file descriptor 2 (a damaged JPEG is decoded with a
+    warning there, a damaged PNG's error is printed there): it is caught in a file for the
+    call, and the lines that are not theirs are written back. Decoders of the same process
+    take turns, so that no line is taken for another image's.
+    """
+    cv2 = opencv()
+    with _DECODER_LOCK:
+        caught = _Stderr.here().file
+        caught.seek(0)
+        caught.truncate()
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(caught.fileno(), 2)
+        try:
+            img = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), flag)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        size = caught.tell()
+        caught.seek(0)
+        text = caught.read(size).decode("utf-8", "replace") if size else ""
+    lines = text.splitlines()
+    theirs = [line for line in lines if line.startswith(JPEG_DAMAGE) or line.startswith(("libpng error: ", "libpng warning: "))]
+    others = [line for line in lines if line not in theirs]
+    if others:
+        os.write(2, ("\n".join(others) + "\n").encode())
+    return img, theirs
+
+
+def _damage(said: list[str]) -> str | None:
+    """What libjpeg said of damaged data, in a failure's words ("premature end of data segment")."""
+    for line in said:
+        if line.startswith(JPEG_DAMAGE):
+            text = line.removeprefix("Corrupt JPEG data: ").strip()
+            return text[:1].lower() + text[1:]
+    return None
+
+
 def _decode_with_flag(data: bytes, opts: ImageOptions, info: tuple[str, int, int] | None) -> tuple[np.ndarray, tuple[int, int]]:
-    """im2rec.py's decode (``opts.color``, at reduced scale when allowed) and the full-size (height, width)."""
+    """im2rec.py's decode (``opts.color``, at reduced scale when allowed) and the full-size (height, width).
+
+    An image libjpeg decodes only with a warning of damaged data is a failure (``corrupt``),
+    named by that warning, as one it cannot decode: its pixels are partly made up."""
     cv2 = opencv()
     factor = _reduction(info, opts)
     flag = _REDUCED[(opts.color, factor)] if factor > 1 else opts.color
     try:
-        img = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), flag)
+        img, said = decode_said(data, flag)
     except cv2.error as e:
         reason = str(e).strip().splitlines()[-1] if str(e).strip() else "OpenCV error"
         raise ImageError("corrupt", f"OpenCV could not decode it: {reason}") from None
+    damage = _damage(said)
+    if damage is not None:
+        raise ImageError("corrupt", damage)
     if img is None:
         fmt = info[0] if info else image_format(data)
         if fmt is None:
             raise ImageError("not-an-image", _describe_start(data))
+        errors = [line.removeprefix("libpng error: ") for line in said if line.startswith("libpng error: ")]
+        if errors:
+            raise ImageError("corrupt", f"{fmt}: {errors[0]}")
         raise ImageError("corrupt", f"OpenCV could not decode the {fmt} data (corrupt or truncated)")
+    for line in said:  # libpng's warnings (an sRGB profile, ...): the image is fine; said as before
+        os.write(2, (line + "\n").encode())
     if info is None and img.shape[0] * img.shape[1] > opts.max_pixels:
         h, w = img.shape[:2]
         raise ImageError("too-large", f"{w}x{h} = {w * h:,} pixels is above --max-pixels {opts.max_pixels:,}")

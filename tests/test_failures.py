@@ -471,3 +471,86 @@ def test_ci_example_script(data_dir, tmp_path):
     assert "1 image(s) failed (--strict)" in bad.stderr
     failed = [json.loads((tmp_path / "out" / f"{split}.stats.json").read_text())["counts"]["failed"] for split in ("train", "val")]
     assert sum(failed) == 1
+
+
+# --------------------------------------------------------------------------- images libjpeg decodes only with a warning
+
+
+def damaged_copies(jpeg: bytes) -> dict[str, tuple[bytes, str]]:
+    """A real-size JPEG damaged two ways libjpeg decodes with a warning (OpenCV returns the
+    image, grey where data was lost), and the reason each must get."""
+    zeros = bytearray(jpeg)
+    zeros[len(zeros) // 2 : len(zeros) // 2 + 2000] = b"\0" * 2000
+    flipped = bytearray(jpeg)
+    for i in np.random.default_rng(0).integers(1000, len(flipped) - 10, 20):
+        flipped[i] ^= 0xFF
+    return {
+        "zeros.jpg": (bytes(zeros), "corrupt: premature end of data segment"),
+        "flipped.jpg": (bytes(flipped), "corrupt: "),
+    }
+
+
+@pytest.fixture
+def damaged_folder(real_size_folders, tmp_path):
+    """The real-size ImageNet-like images, two damaged copies among them, and their list."""
+    root = tmp_path / "img"
+    shutil.copytree(real_size_folders["imagenet"], root)
+    first = sorted(root.rglob("*.jpg"))[0]
+    for name, (data, _) in damaged_copies(first.read_bytes()).items():
+        (root / name).write_bytes(data)
+    assert run("list", root, tmp_path / "all", "--no-shuffle").exit_code == 0
+    return root, tmp_path / "all.lst"
+
+
+def test_a_jpeg_decoded_only_with_a_warning_is_a_named_failure(damaged_folder, tmp_path):
+    """Default options, a process of its own (libjpeg prints to file descriptor 2): the damaged
+    JPEGs are listed and counted, the others packed, and nothing of libjpeg's reaches stderr."""
+    root, lst = damaged_folder
+    proc = cli("pack", lst, root, tmp_path / "out.rec")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "Corrupt JPEG data" not in err and "premature end" not in err
+    failed = {line.split("\t")[1]: line.split("\t")[2] for line in (tmp_path / "out.failed.tsv").read_text().splitlines()[1:]}
+    reasons = {name: reason for name, (_, reason) in damaged_copies(b"\xff" * 3000).items()}
+    assert set(failed) == set(reasons)
+    for name, reason in reasons.items():
+        assert failed[name].startswith(reason), failed[name]
+    assert "packed 20 of 22 images" in out and "2 failed (2 corrupt)" in out
+
+
+def test_verify_decode_names_a_jpeg_decoded_only_with_a_warning(damaged_folder, tmp_path):
+    root, lst = damaged_folder
+    assert run("pack", lst, root, tmp_path / "p.rec", "--pass-through").exit_code == 0  # the bytes look fine
+    index = recordio.read_index(tmp_path / "p.idx")
+    keys = {line.split("\t")[2]: int(line.split("\t")[0]) for line in lst.read_text().splitlines()}
+    proc = cli("verify", tmp_path / "p.rec", "--decode")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1
+    key = keys["zeros.jpg"]
+    assert f"byte {index.offset(key)}, key {key}: image not decodable: premature end of data segment" in err, err
+    assert "Corrupt JPEG data" not in err
+    assert "22 records" in out and "20 images decoded" in out
+
+
+def test_im2rec_py_lists_the_damaged_jpegs(damaged_folder, tmp_path):
+    root, lst = damaged_folder
+    shutil.copy(lst, tmp_path / "legacy.lst")
+    proc = subprocess.run([sys.executable, "-m", "im2rec.legacy", str(tmp_path / "legacy"), str(root) + os.sep, "--resize", "64"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    failed = (tmp_path / "legacy.failed.tsv").read_text()
+    assert "zeros.jpg\tcorrupt: premature end of data segment" in failed and "flipped.jpg\tcorrupt: " in failed
+    assert "Corrupt JPEG data" not in proc.stderr
+
+
+def test_import_with_image_options_lists_a_jpeg_decoded_only_with_a_warning(damaged_folder, tmp_path):
+    """An export of the pass-through pack (its bytes as they are), imported with --resize: the
+    damaged JPEGs are decoded in pack's pool, and are failures there too."""
+    root, lst = damaged_folder
+    assert run("pack", lst, root, tmp_path / "p.rec", "--pass-through").exit_code == 0
+    assert run("export", tmp_path / "p.rec", tmp_path / "wds", "--format", "webdataset").exit_code == 0
+    proc = cli("import", tmp_path / "wds", tmp_path / "back.rec", "--resize", "64")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "packed 20 of 22 images" in out and "2 failed (2 corrupt)" in out
+    failed = (tmp_path / "back.failed.tsv").read_text()
+    assert "corrupt: premature end of data segment" in failed and "Corrupt JPEG data" not in err
