@@ -170,7 +170,8 @@ def list_command(root, prefix, exts, recursive, train_ratio, test_ratio, chunks,
     Each line is `index TAB label TAB path`, the path relative to ROOT. Each
     sub-folder holding images is a class; the label map is written to
     PREFIX.classes.tsv (`label TAB folder`). With the default seed the lists are
-    byte for byte those of MXNet's `im2rec.py --list --recursive`.
+    byte for byte those of MXNet's `im2rec.py --list --recursive`. A PREFIX
+    ending in .lst names the list itself (data/train.lst is data/train).
 
     \b
     Examples:
@@ -197,6 +198,8 @@ def list_command(root, prefix, exts, recursive, train_ratio, test_ratio, chunks,
     )
     with _usage_errors():
         options.validate()
+    if prefix.lower().endswith(".lst"):  # `lists/train.lst` names the list to write: its prefix is lists/train
+        prefix = prefix[:-4]
     with storage.StagedOutput(prefix, _options(storage_options), overwrite=True) as staged:
         result = listing.make_lists(root, staged.path, options, storage_options=_options(storage_options))
     for skipped in result.skipped:
@@ -548,7 +551,7 @@ class _ExportBar(exchange.ExportProgress):
 @main.command("import")
 @click.argument("src", metavar="SRC", type=_PathOrURL(folder=None))
 @click.argument("out", metavar="OUT.rec", type=click.Path(dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(exchange.FORMATS), default=None, help="What SRC holds: webdataset tar shards, parquet files, an mds or a litdata folder [default: what SRC/im2rec.json says, for an export's folder].")
+@click.option("--format", "fmt", type=click.Choice(exchange.FORMATS), default=None, help="What SRC holds: webdataset tar shards, parquet files, an mds or a litdata folder [default: what SRC/im2rec.json says, for an export's folder; else webdataset for a .tar, parquet for a .parquet].")
 @click.option("--label-field", default=None, help="The field (tar extension, column) that holds the label [default: json's 'label', else the first of cls, label, class, target, y, ...; see the README].")
 @click.option("--layout", type=click.Choice(["plain", "insightface"]), default=None, help="plain: keys as exported (or 0..N-1); insightface: RecBuilder's face-recognition layout [default: the source's, from its im2rec.json, else plain].")
 @image_options
@@ -588,9 +591,9 @@ def import_command(src, out, fmt, label_field, layout, image_options, workers, s
         image_options = image.ImageOptions(pass_through=True)
     meta = exchange.source_meta(src, _options(storage_options))
     if fmt is None:
-        if meta is None or meta.format not in exchange.FORMATS:
-            raise click.UsageError(f"give --format: {src} has no im2rec.json that says which format it holds")
-        fmt = meta.format
+        fmt = meta.format if meta is not None and meta.format in exchange.FORMATS else exchange.format_of_name(src)
+        if fmt is None:
+            raise click.UsageError(f"give --format: {src} has no im2rec.json that says which format it holds, nor a name ending in {' or '.join(exchange.EXTENSION_FORMATS)}")
     layout = layout or (meta.layout if meta is not None and meta.format == fmt else "plain")
     with _usage_errors():
         options = packing.PackOptions(

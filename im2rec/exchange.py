@@ -66,6 +66,16 @@ def reader_for(fmt: str, src: str, storage_options: dict | None = None, label_fi
         raise
 
 
+#: What a shard file's name says it holds (a folder says nothing: its im2rec.json does).
+EXTENSION_FORMATS = {".tar": "webdataset", ".parquet": "parquet"}
+
+
+def format_of_name(src: str) -> str | None:
+    """The format a shard file's (or a glob's) extension names, or None."""
+    name = src.rstrip("/").lower()
+    return next((fmt for ext, fmt in EXTENSION_FORMATS.items() if name.endswith(ext)), None)
+
+
 def source_meta(src: str, storage_options: dict | None = None) -> DatasetMeta | None:
     """``im2rec.json`` of an export's folder (given as the folder, a shard or a glob), if there is one."""
     return read_meta(source_folder(src), storage_options)

@@ -454,7 +454,27 @@ def test_format_from_im2rec_json_and_wrong_formats_say_so(data_dir, tmp_path):
     (tmp_path / "bare").mkdir()
     shutil.copy(tmp_path / "w" / "all-000000.tar", tmp_path / "bare")
     result = run("import", tmp_path / "bare", tmp_path / "y.rec")
-    assert result.exit_code == 2 and "give --format: " in result.output and "has no im2rec.json" in result.output, result.output
+    assert result.exit_code == 2 and "give --format: " in result.output and "has no im2rec.json that says which format it holds, nor a name ending in .tar or .parquet" in result.output, result.output
+    # a shard file or a glob of them says its format by its name: the import --format would give
+    assert run("import", tmp_path / "bare", tmp_path / "given.rec", "--format", "webdataset").exit_code == 0
+    result = run("import", tmp_path / "bare" / "all-000000.tar", tmp_path / "z.rec")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "z.rec").read_bytes() == (tmp_path / "given.rec").read_bytes()
+    result = run("import", str(tmp_path / "bare" / "*.tar"), tmp_path / "g.rec")
+    assert result.exit_code == 0 and (tmp_path / "g.rec").read_bytes() == (tmp_path / "given.rec").read_bytes(), result.output
+
+
+def test_a_parquet_file_says_its_format_by_its_name(data_dir, tmp_path):
+    pytest.importorskip("pyarrow")
+    rec = data_dir / "im2rec_pack_pass" / "all.rec"
+    assert run("export", rec, tmp_path / "p", "--format", "parquet").exit_code == 0
+    (tmp_path / "bare").mkdir()
+    shard = next((tmp_path / "p").glob("*.parquet"))
+    shutil.copy(shard, tmp_path / "bare" / shard.name)
+    assert run("import", tmp_path / "bare", tmp_path / "given.rec", "--format", "parquet").exit_code == 0
+    result = run("import", tmp_path / "bare" / shard.name, tmp_path / "x.rec")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "x.rec").read_bytes() == (tmp_path / "given.rec").read_bytes()
 
 
 def test_label_field_and_export_classes(data_dir, tmp_path):

@@ -282,3 +282,11 @@ def test_the_prefix_may_name_the_folder_it_lists(data_dir, tmp_path, monkeypatch
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("images.lst: 14 images\n")
     assert len(read_lst(tmp_path / "images.lst")) == 14
+
+
+def test_a_prefix_ending_in_lst_names_the_list(data_dir, tmp_path):
+    """`im2rec list ROOT lists/train.lst` writes lists/train.lst, not lists/train.lst.lst."""
+    result = run("list", data_dir / "tree", tmp_path / "lists" / "train.lst")
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "lists").iterdir()) == ["train.classes.tsv", "train.lst"]
+    assert result.output.startswith(f"{tmp_path / 'lists' / 'train.lst'}: 14 images\n")
