@@ -324,7 +324,8 @@ def pack_command(lst, root, out, image_options, pack_label, label_width, layout,
     OUT defaults to LIST with .rec. Each record holds the list index as its id and
     .idx key, and records follow the list order: the output is the same for any
     --workers. A bad image is skipped and listed with its reason in
-    OUT.failed.tsv; the run goes on. Outputs appear only when complete; an
+    OUT.failed.tsv (written only when something failed); the run goes on.
+    Outputs appear only when complete; an
     interrupted run can be continued with --resume.
 
     --color 1 and 0 drop the alpha channel, as im2rec.py does: a picture kept in

@@ -108,6 +108,11 @@ class Outputs:
         return (self.rec, self.idx, self.failed)
 
     @property
+    def required(self) -> tuple[str, str]:
+        """What a finished run always leaves (``OUT.failed.tsv`` only when something failed)."""
+        return (self.rec, self.idx)
+
+    @property
     def partials(self) -> tuple[str, str, str]:
         return (partial(self.rec), partial(self.idx), partial(self.failed))
 
@@ -160,10 +165,12 @@ class RecordFile:
 class FailureList:
     """``OUT.failed.tsv``: one ``index<TAB>path<TAB>kind: reason`` line per image that could
     not be packed, under its ``.partial`` name until ``commit``. Each line is flushed as it
-    is written, so that a resumed run finds every failure before its last record."""
+    is written, so that a resumed run finds every failure before its last record. A run
+    without failures leaves no such file (and removes one an earlier run left)."""
 
     def __init__(self, path: str):
         self.path = path
+        self.lines = 0
         self._file = open(partial(path) + ".new", "w", encoding="utf-8", newline="\n")  # noqa: SIM115 (closed by commit or abort)
 
     def previous(self) -> list[tuple[int, str]]:
@@ -180,18 +187,26 @@ class FailureList:
     def start(self, kept: Iterable[str] = ()) -> None:
         """Write the header and the ``kept`` lines of an interrupted run; the list is then
         ``OUT.failed.tsv.partial``."""
+        kept = list(kept)
         self._file.write(FAILED_HEADER)
         self._file.writelines(line + "\n" for line in kept)
         self._file.flush()
+        self.lines = len(kept)
         os.replace(partial(self.path) + ".new", partial(self.path))
 
     def add(self, index: int, path: str, kind: str, reason: str) -> None:
         self._file.write(f"{index}\t{_tsv_field(path)}\t{kind}: {_tsv_field(reason)}\n")
         self._file.flush()  # before any later record reaches the disk, so that --resume keeps it
+        self.lines += 1
 
     def commit(self) -> None:
+        """``OUT.failed.tsv`` in place when it lists a failure; else none at all."""
         self._file.close()
-        commit(partial(self.path), self.path)
+        if self.lines:
+            commit(partial(self.path), self.path)
+        else:
+            remove_quietly(partial(self.path))
+            remove_quietly(self.path)
 
     def abort(self) -> None:
         self.close()

@@ -515,7 +515,7 @@ class _Files(_Destination):
 
     def complete(self) -> bool:
         out = self.loop
-        return self.opts.resume and not self.opts.overwrite and all(os.path.exists(p) for p in out.finals) and not os.path.exists(out.state)
+        return self.opts.resume and not self.opts.overwrite and all(os.path.exists(p) for p in out.required) and not os.path.exists(out.state)
 
     def written(self) -> bool:
         return self.complete()
@@ -552,10 +552,11 @@ class _Layout(_Destination):
         self.inner = _Files(recordio.sibling(out_rec, "images"), opts)
         self.loop, self.final = self.inner.loop, Outputs.for_rec(out_rec)
         self.finals = [*faces.insightface_outputs(out_rec), self.final.failed]
+        self.required = faces.insightface_outputs(out_rec)  # the failure list only when something failed
 
     def complete(self) -> bool:
         images = self.loop.rec
-        return self.opts.resume and all(os.path.exists(p) for p in self.finals) and not os.path.exists(images) and not os.path.exists(partial(images))
+        return self.opts.resume and all(os.path.exists(p) for p in self.required) and not os.path.exists(images) and not os.path.exists(partial(images))
 
     def written(self) -> bool:
         return self.inner.written()
@@ -617,7 +618,7 @@ class _Upload(_Destination):
         if there and not opts.overwrite and not opts.resume:
             raise OutputExistsError(there[0])
         if not opts.overwrite and not opts.resume:
-            if all(os.path.exists(p) for p in staged.finals):
+            if all(os.path.exists(p) for p in staged.required):
                 raise PackError(
                     f"{self.final.rec}: an earlier run packed it but did not finish uploading it (its files are in "
                     f"{os.path.dirname(staged.rec)}): pass --resume to upload them, or --overwrite to start again"
@@ -647,6 +648,8 @@ class _Upload(_Destination):
         for path in files:
             if os.path.exists(path):
                 storage.upload(path, url_of[path], self.opts.storage_options)
+            elif path == staged.failed and storage.exists(url_of[path], self.opts.storage_options):
+                storage.remove([url_of[path]], self.opts.storage_options)  # an earlier run's: nothing failed now
         for path in [*files, staged.rec]:
             remove_quietly(path)
         with contextlib.suppress(OSError):  # the staging folder, once empty

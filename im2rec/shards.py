@@ -256,7 +256,10 @@ def merge_parts_remote(out_rec: str, parts: Sequence[str], overwrite: bool = Fal
             lines = storage.read_bytes(path, storage_options).decode("utf-8").splitlines()[1:]
             failed.writelines(line + "\n" for line in lines)
             result.failures += len(lines)
-    storage.write_bytes(out_failed, (FAILED_HEADER + failed.getvalue()).encode("utf-8"), storage_options)
+    if result.failures:
+        storage.write_bytes(out_failed, (FAILED_HEADER + failed.getvalue()).encode("utf-8"), storage_options)
+    elif storage.exists(out_failed, storage_options):  # an earlier merge's, of other parts
+        storage.remove([out_failed], storage_options)
     text = "".join(format_index(k, o) for k, o in zip(keys, offsets))
     storage.write_bytes(out_idx, text.encode("ascii"), storage_options)  # last: readers look for it
     result.records, result.bytes = int(all_keys.size), base
@@ -313,16 +316,19 @@ def merge_parts(out_rec: str, parts: Sequence[str], overwrite: bool = False) -> 
             for k, o in zip(keys, offsets):
                 f.write(format_index(k, o))
         failed_parts = [sibling(p, "failed") for p in ordered]
-        if any(os.path.exists(p) for p in failed_parts):
+        lines = []
+        for path in failed_parts:
+            if os.path.exists(path):
+                with open(path, encoding="utf-8") as f:
+                    lines += f.read().splitlines()[1:]
+        result.failures += len(lines)
+        if lines:  # a failure list only where something failed, as pack's
             with open(tmp_failed, "w", encoding="utf-8", newline="\n") as out:
                 out.write(FAILED_HEADER)
-                for path in failed_parts:
-                    if os.path.exists(path):
-                        with open(path, encoding="utf-8") as f:
-                            lines = f.read().splitlines()[1:]
-                        out.writelines(line + "\n" for line in lines)
-                        result.failures += len(lines)
+                out.writelines(line + "\n" for line in lines)
             commit(tmp_failed, out_failed)
+        else:
+            remove_quietly(out_failed)
         commit(tmp_rec, out_rec)
         commit(tmp_idx, out_idx)
     except OSError as e:

@@ -66,7 +66,7 @@ def test_pack_insightface_layout_gives_recbuilder_s_bytes(face, tmp_path):
     assert ", insightface layout with 5 identities (" in result.stdout
     for name in ("train.rec", "train.idx", "property"):
         assert same(tmp_path / "out" / name, face / name), name
-    assert sorted(os.listdir(tmp_path / "out")) == ["property", "train.failed.tsv", "train.idx", "train.rec"]
+    assert sorted(os.listdir(tmp_path / "out")) == ["property", "train.idx", "train.rec"]  # nothing failed: no failure list
     header0, keys, labels, id2range = insightface_view(tmp_path / "out" / "train.rec")
     assert header0 == (20, 25) and keys == list(range(1, 20))
     assert labels == [0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 2, 3, 3, 3, 4, 4, 4, 4]
@@ -161,7 +161,7 @@ def test_pack_insightface_with_dask_defaults(face, tmp_path, dask_cluster):
     assert "insightface layout with 60 identities" in proc.stdout
     for name in ("train.rec", "train.idx", "property"):
         assert same(tmp_path / "dk" / name, tmp_path / "local" / name), name
-    assert sorted(os.listdir(tmp_path / "dk")) == ["property", "train.failed.tsv", "train.idx", "train.rec"]
+    assert sorted(os.listdir(tmp_path / "dk")) == ["property", "train.idx", "train.rec"]
 
 
 # --------------------------------------------------------------------------- 2. convert

@@ -32,7 +32,7 @@ def test_pass_through_is_byte_identical_to_im2rec_py(data_dir, tmp_path, workers
     assert result.exit_code == 0, result.output
     assert (tmp_path / "all.rec").read_bytes() == (golden / "all.rec").read_bytes()
     assert (tmp_path / "all.idx").read_bytes() == (golden / "all.idx").read_bytes()
-    assert (tmp_path / "all.failed.tsv").read_text() == "index\tpath\treason\n"
+    assert not (tmp_path / "all.failed.tsv").exists()  # nothing failed: no failure list
 
 
 def test_pack_label_is_byte_identical_to_im2rec_py(data_dir, tmp_path):
@@ -367,3 +367,17 @@ def test_full_hd_rgba_through_the_cli(tmp_path):
     recs = records(tmp_path / "hd.rec")
     assert recs[0][1] == im2rec_py_payload(root / "abstract.png")  # byte for byte what im2rec.py stores: a blank image
     assert cv2.imdecode(np.frombuffer(recs[0][1], np.uint8), cv2.IMREAD_COLOR).min() >= 250
+
+
+def test_a_clean_pack_leaves_no_failure_list_and_removes_an_old_one(data_dir, tmp_path):
+    """OUT.failed.tsv only when something failed: a run with --overwrite and no failure removes
+    the list an earlier run left, a resume keeps the failures its first run listed."""
+    lst, tree = data_dir / "im2rec" / "all.lst", data_dir / "tree"
+    broken = tmp_path / "broken.lst"
+    broken.write_text(lst.read_text() + "99\t0.000000\tnot/there.jpg\n")
+    assert run("pack", broken, tree, tmp_path / "o.rec", "-q").exit_code == 0
+    assert (tmp_path / "o.failed.tsv").read_text().splitlines()[1].startswith("99\tnot/there.jpg\tmissing: ")
+    assert run("pack", lst, tree, tmp_path / "o.rec", "-q", "--overwrite").exit_code == 0
+    assert not (tmp_path / "o.failed.tsv").exists()
+    result = run("pack", lst, tree, tmp_path / "o.rec", "--resume")
+    assert result.exit_code == 0 and "already complete" in result.stdout  # complete without a failure list

@@ -198,7 +198,7 @@ def test_pack_from_s3_to_s3_is_byte_identical_to_a_local_pack(s3, data_dir, tmp_
     assert result.stdout.startswith(f"packed 14 of 14 images into {out} (")
     assert s3_bytes(out[5:]) == (golden / "all.rec").read_bytes()
     assert s3_bytes(out[5:-4] + ".idx") == (golden / "all.idx").read_bytes()
-    assert s3_bytes(out[5:-4] + ".failed.tsv") == b"index\tpath\treason\n"
+    assert not s3_exists(out[5:-4] + ".failed.tsv")  # nothing failed: no failure list
     assert not list((tmp_path / "staging").rglob("*.rec"))  # uploaded, then removed from the staging folder
     result = run("pack", golden / "all.lst", "s3://data/tree", out, *options)
     assert result.exit_code == 1 and result.stderr == f"Error: {out} exists: pass --overwrite to replace it\n"
@@ -437,10 +437,10 @@ def test_dask_cluster_writes_parts_to_s3_and_merges_them(s3, data_dir, tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
     assert "with 2 Dask tasks on 2 workers" in proc.stdout
-    for ext in ("rec", "idx", "failed.tsv"):
+    for ext in ("rec", "idx"):
         assert s3_bytes(f"data/dask/train.{ext}") == (tmp_path / f"local.{ext}").read_bytes(), ext
     fs = store()
-    assert sorted(p.rsplit("/", 1)[1] for p in fs.ls("data/dask", refresh=True)) == ["train.failed.tsv", "train.idx", "train.rec"]  # parts removed
+    assert sorted(p.rsplit("/", 1)[1] for p in fs.ls("data/dask", refresh=True)) == ["train.idx", "train.rec"]  # parts removed; nothing failed
 
 
 def test_an_interrupted_pack_to_s3_resumes_from_its_staging_folder(s3, data_dir, tmp_path, monkeypatch):
@@ -550,8 +550,9 @@ def test_default_pack_of_real_size_images_from_s3_to_s3_is_byte_identical_to_loc
         assert result.stdout.startswith(f"packed {len(list(real_size_corpora[size].rglob('*.jpg')))} of ")
         result = run("pack", "l.lst", real_size_corpora[size], "local.rec")
         assert result.exit_code == 0, result.output
-    for ext in ("rec", "idx", "failed.tsv"):
+    for ext in ("rec", "idx"):
         assert s3_bytes(f"data/real-out/{size}.{ext}") == (tmp_path / f"local.{ext}").read_bytes(), ext
+    assert not s3_exists(f"data/real-out/{size}.failed.tsv") and not (tmp_path / "local.failed.tsv").exists()
     assert not (tmp_path / "s3:").exists()
 
 
@@ -570,10 +571,10 @@ def test_every_url_output_goes_to_the_store(s3, data_dir, tmp_path, monkeypatch)
     w = "s3://data/walk"
     cases = [  # (name, arguments with URL outputs, arguments of the same run with local outputs, objects expected under walk/name)
         ("list", ["list", tree, f"{w}/list/l"], ["list", tree, "local/l"], ["l.classes.tsv", "l.lst"]),
-        ("pack", ["pack", golden / "all.lst", tree, f"{w}/pack/all.rec", "--pass-through"], ["pack", golden / "all.lst", tree, "local/all.rec", "--pass-through"], ["all.failed.tsv", "all.idx", "all.rec"]),
-        ("part", ["pack", golden / "all.lst", tree, f"{w}/part/all.rec", "--pass-through", "--num-parts", "2", "--part-index", "1"], ["pack", golden / "all.lst", tree, "local/all.rec", "--pass-through", "--num-parts", "2", "--part-index", "1"], ["all-00001-of-00002.failed.tsv", "all-00001-of-00002.idx", "all-00001-of-00002.rec"]),
+        ("pack", ["pack", golden / "all.lst", tree, f"{w}/pack/all.rec", "--pass-through"], ["pack", golden / "all.lst", tree, "local/all.rec", "--pass-through"], ["all.idx", "all.rec"]),
+        ("part", ["pack", golden / "all.lst", tree, f"{w}/part/all.rec", "--pass-through", "--num-parts", "2", "--part-index", "1"], ["pack", golden / "all.lst", tree, "local/all.rec", "--pass-through", "--num-parts", "2", "--part-index", "1"], ["all-00001-of-00002.idx", "all-00001-of-00002.rec"]),
         ("stats", ["pack", golden / "all.lst", tree, "stats.rec", "--pass-through", "--stats", f"{w}/stats/s.json"], None, ["s.json"]),
-        ("merge", ["merge", f"{w}/merge/all.rec", "s3://data/all.rec"], None, ["all.failed.tsv", "all.idx", "all.rec"]),
+        ("merge", ["merge", f"{w}/merge/all.rec", "s3://data/all.rec"], None, ["all.idx", "all.rec"]),
         ("convert", ["convert", face / "train.rec", f"{w}/convert/plain.rec", "--layout", "plain"], ["convert", face / "train.rec", "local/plain.rec", "--layout", "plain"], ["plain.idx", "plain.rec"]),
         ("convert-if", ["convert", face / "plain.rec", f"{w}/convert-if/train.rec", "--layout", "insightface"], ["convert", face / "plain.rec", "local/train.rec", "--layout", "insightface"], ["property", "train.idx", "train.rec"]),
         ("combine", ["combine", f"{w}/combine/c.rec", face / "train.rec", face / "train.rec"], ["combine", "local/c.rec", face / "train.rec", face / "train.rec"], ["c.idx", "c.rec", "c.sources.tsv", "property"]),
@@ -584,7 +585,7 @@ def test_every_url_output_goes_to_the_store(s3, data_dir, tmp_path, monkeypatch)
         ("bin-extract", ["bin", "extract", face / "py3.bin", f"{w}/bin-extract/pairs"], ["bin", "extract", face / "py3.bin", "local/pairs"], None),
         ("bin-build", ["bin", "build", face / "pairs" / "pairs.tsv", face / "pairs", f"{w}/bin-build/b.bin"], ["bin", "build", face / "pairs" / "pairs.tsv", face / "pairs", "local/b.bin"], ["b.bin"]),
         ("export", ["export", rec, f"{w}/export", "--format", "webdataset"], ["export", rec, "local", "--format", "webdataset"], ["all-000000.tar", "im2rec.json", "wids.json"]),
-        ("import", ["import", f"{w}/export", f"{w}/import/all.rec", "--format", "webdataset"], ["import", "wds", "local/all.rec", "--format", "webdataset"], ["all.failed.tsv", "all.idx", "all.rec"]),
+        ("import", ["import", f"{w}/export", f"{w}/import/all.rec", "--format", "webdataset"], ["import", "wds", "local/all.rec", "--format", "webdataset"], ["all.idx", "all.rec"]),
     ]
     assert run("export", rec, "wds", "--format", "webdataset").exit_code == 0  # the local source of the import case
     for name, remote, local, expected in cases:
@@ -610,8 +611,9 @@ def test_every_url_output_goes_to_the_store(s3, data_dir, tmp_path, monkeypatch)
     assert result.exit_code == 0, result.output
     stats = json.loads(s3_bytes("data/walk/both/s.json"))
     assert stats["list"] == "s3://data/all.lst" and stats["root"] == "s3://data/tree"
-    for name, ext in (("rec", "rec"), ("idx", "idx"), ("failed", "failed.tsv")):
+    for name, ext in (("rec", "rec"), ("idx", "idx")):
         assert stats["outputs"][name] == {"path": f"{w}/both/all.{ext}", "sha256": hashlib.sha256(s3_bytes(f"data/walk/both/all.{ext}")).hexdigest()}, name
+    assert stats["outputs"]["failed"] == {"path": f"{w}/both/all.failed.tsv", "sha256": None}  # nothing failed: no file
     assert s3_bytes("data/walk/merge/all.rec") == rec.read_bytes()
     assert s3_bytes("data/walk/combine/c.sources.tsv").decode().splitlines()[1].startswith(str(face / "train.rec") + "\t")
     assert not [p for p in (tmp_path / "staging").rglob("*") if p.is_file()]  # the staged files are removed
