@@ -505,6 +505,12 @@ class _Destination:
         """After the loop: lay the records out, upload them."""
 
 
+def nothing_packed(summary: PackSummary, opts: PackOptions) -> bool:
+    """Whether a whole output (not a part a merge waits for, not shards) got no record because
+    every image failed: it then leaves only its failure list."""
+    return bool(summary.failed and not summary.packed and not summary.already_complete and opts.part_index is None and not opts.shard_size)
+
+
 class _Files(_Destination):
     """Local files: ``OUT.rec`` (or part ``OUT-0000I-of-0000N.rec``, or shards) where the write
     loop puts them; a part of an insightface pack gets its ``.layout`` beside it."""
@@ -541,6 +547,9 @@ class _Files(_Destination):
         if self.opts.part_index is not None and self.opts.layout == "insightface":  # the layout travels with the part, to merge
             with atomic_open(layout_path(self.loop.rec), "w", encoding="ascii", newline="\n") as f:
                 f.write("insightface\n")
+        if nothing_packed(summary, self.opts):  # no empty .rec and .idx: the failure list says why
+            remove_quietly(self.loop.rec)
+            remove_quietly(self.loop.idx)
 
 
 class _Layout(_Destination):
@@ -634,6 +643,8 @@ class _Upload(_Destination):
         self.inner.finish(summary)
         staged = self.staged
         streamed = self.stream_to is not None and not summary.already_complete  # the .rec is in the store already
+        if streamed and nothing_packed(summary, self.opts):
+            storage.remove([self.final.rec], self.opts.storage_options)  # an empty .rec, streamed as it grew
         files = [staged.failed] if streamed else [staged.rec, staged.failed]
         if self.opts.layout == "insightface":
             files.append(recordio.sibling(staged.rec, "property") if self.opts.part_index is None else layout_path(staged.rec))

@@ -181,6 +181,23 @@ def test_nothing_packed_is_a_failed_run(tmp_path):
     assert result.exit_code == 1
     assert result.stderr == f"Error: no image could be packed: all 2 failed; see {tmp_path / 'o.failed.tsv'}\n"
     assert len((tmp_path / "o.failed.tsv").read_text().splitlines()) == 3  # header + 2
+    assert sorted(p.name for p in tmp_path.glob("o.*")) == ["o.failed.tsv"]  # no empty .rec and .idx
+
+
+def test_an_import_in_which_every_sample_fails_leaves_only_its_failure_list(tmp_path):
+    import io
+    import tarfile
+
+    with tarfile.open(tmp_path / "bad.tar", "w") as tar:
+        for i in range(3):
+            for ext, data in (("jpg", b"not an image at all"), ("cls", b"1")):
+                info = tarfile.TarInfo(f"k{i}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    result = run("import", tmp_path / "bad.tar", tmp_path / "out.rec", "-q")
+    assert result.exit_code == 1
+    assert result.stderr == f"Error: no image could be packed: all 3 failed; see {tmp_path / 'out.failed.tsv'}\n"
+    assert sorted(p.name for p in tmp_path.glob("out.*")) == ["out.failed.tsv"]
 
 
 def test_max_errors_stops_early(mixed, tmp_path):

@@ -751,3 +751,13 @@ def test_an_unreachable_endpoint_is_not_called_a_missing_bucket(tmp_path, data_d
     )
     assert result.exit_code == 1
     assert result.output.startswith('Error: s3://bucket: EndpointConnectionError: Could not connect to the endpoint URL: "http://127.0.0.1:9/bucket'), result.output
+
+
+def test_a_pack_to_s3_in_which_every_image_fails_leaves_only_its_failure_list(s3, tmp_path):
+    """The .rec streamed to the store as it grows is removed when it got no record."""
+    (tmp_path / "img").mkdir()
+    (tmp_path / "img" / "a.jpg").write_bytes(b"not an image")
+    (tmp_path / "l.lst").write_text("0\t1.000000\ta.jpg\n")
+    result = run("pack", tmp_path / "l.lst", tmp_path / "img", "s3://data/none/out.rec", "-q")
+    assert result.exit_code == 1 and result.stderr == "Error: no image could be packed: all 1 failed; see s3://data/none/out.failed.tsv\n"
+    assert sorted(p.rsplit("/", 1)[1] for p in store().ls("data/none", refresh=True)) == ["out.failed.tsv"]
