@@ -282,7 +282,7 @@ def read_file(path: str, storage_options: Mapping[str, Any] | None = None) -> by
         Im2recError: it is not there ("no such file", "no such object").
     """
     if not storage.there(path, storage_options):
-        raise Im2recError(storage.missing(path))
+        raise Im2recError(storage.missing(path, storage_options))
     return storage.read_any(path, storage_options)
 
 
@@ -309,7 +309,7 @@ def shard_files(src: str, ext: str, storage_options: Mapping[str, Any] | None = 
         return found
     if src.endswith(ext):
         if not storage.there(src, storage_options):
-            raise Im2recError(storage.missing(src))
+            raise Im2recError(storage.missing(src, storage_options))
         return [src]
     if storage.is_url(src):
         names = storage.list_files(src, recursive=False, storage_options=storage_options)

@@ -155,7 +155,7 @@ class RecordDataset:
         for path in self.paths:
             idx = os.fspath(index) if index is not None else idx_path_of(path)
             if not storage.there(path, storage_options):
-                raise Im2recError(storage.missing(path))
+                raise Im2recError(storage.missing(path, storage_options))
             if os.path.isdir(path):
                 raise Im2recError(f"{path}: is a folder: give a .rec file, a list of them, or a shard manifest")
             if not storage.there(idx, storage_options):
@@ -167,7 +167,7 @@ class RecordDataset:
                         log.warning("%s", problem)
                     self.readers.append(reader)
                     continue
-                raise Im2recError(f"{storage.missing(idx)}: reading {path} needs its .idx (`im2rec index {path}` writes one)")
+                raise Im2recError(f"{storage.missing(idx, storage_options)}: reading {path} needs its .idx (`im2rec index {path}` writes one)")
             self.readers.append(RecordReader(path, idx, storage_options=storage_options, source_options=source_options))
         self.remote = any(r.remote for r in self.readers)
 

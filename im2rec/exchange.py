@@ -287,7 +287,7 @@ def export_rec(
     for rec in recs:
         idx = idx_path_of(rec)
         if not storage.there(rec, storage_options):
-            raise Im2recError(storage.missing(rec))
+            raise Im2recError(storage.missing(rec, storage_options))
         if not storage.there(idx, storage_options):
             raise Im2recError(f"{idx}: no such {'object' if storage.is_url(idx) else 'file'}: export reads the records in .idx order (rebuild it with `im2rec index {rec}`)")
         readers.append(RecordReader(rec, idx, storage_options=storage_options))

@@ -403,7 +403,7 @@ class Reader:
             try:
                 return fs.open(path, "rb", block_size=8 << 20)
             except Exception as e:
-                raise Im2recError(storage.missing(shard) if isinstance(e, FileNotFoundError) else f"{shard}: {e}") from None
+                raise Im2recError(storage.missing(shard, self.storage_options) if isinstance(e, FileNotFoundError) else f"{shard}: {e}") from None
         return open(shard, "rb", buffering=1 << 20)
 
     def _grouped(self) -> Iterator[tuple[str, str, dict[str, memoryview]]]:

@@ -63,7 +63,7 @@ class Problem:
 def open_rec(rec: str, with_idx: bool = True, storage_options: dict | None = None) -> tuple[RecordReader, RecordIndex | None]:
     """A reader of ``rec`` (a path or a URL), with its ``.idx`` when there is one and ``with_idx``."""
     if not storage.there(rec, storage_options):
-        raise Im2recError(storage.missing(rec))
+        raise Im2recError(storage.missing(rec, storage_options))
     idx = idx_path_of(rec)
     reader = RecordReader(rec, idx if with_idx and storage.there(idx, storage_options) else None, storage_options=storage_options)
     return reader, reader.index
@@ -297,7 +297,7 @@ def verify_rec(rec: str, decode_images: bool = False, storage_options: dict | No
     every image decodes (insightface header and identity records excepted).
     """
     if not storage.there(rec, storage_options):
-        raise Im2recError(storage.missing(rec))
+        raise Im2recError(storage.missing(rec, storage_options))
     idx_path = idx_path_of(rec)
     reader = RecordReader(rec, storage_options=storage_options)
     report = VerifyReport(rec, idx_path if storage.there(idx_path, storage_options) else None)

@@ -193,7 +193,7 @@ def _joined_index(ordered: Sequence[str], exists: Any, size_of: Any, storage_opt
         idx = idx_path_of(part)
         for path in (part, idx):
             if not exists(path):
-                raise Im2recError(storage.missing(path))
+                raise Im2recError(storage.missing(path, storage_options))
         size = size_of(part)
         if size % 4:
             raise Im2recError(f"{part}: {size} bytes is not a multiple of 4; is the part complete?")

@@ -243,9 +243,16 @@ def read_any(path: str, storage_options: Mapping[str, Any] | None = None) -> byt
         return f.read()
 
 
-def missing(path: str) -> str:
-    """How to say that ``path`` is not there: "no such object" for a URL, "no such file" for a path."""
-    return f"{path}: no such {'object' if is_url(path) else 'file'}"
+def missing(path: str, storage_options: Mapping[str, Any] | None = None) -> str:
+    """How to say that ``path`` is not there: "no such file" for a path; for a URL "no such
+    object", or, when it is its bucket that is missing, that the bucket does not exist."""
+    if not is_url(path):
+        return f"{path}: no such file"
+    try:
+        check_bucket(path, storage_options)
+    except StorageError as e:
+        return str(e)
+    return f"{path}: no such object"
 
 
 def join(root: str, path: str) -> str:

@@ -137,6 +137,12 @@ def test_missing_objects_and_buckets_are_one_clear_error(s3):
 
     with pytest.raises(Im2recError, match="s3://data/nothing.rec: no such object"):
         RecordDataset("s3://data/nothing.rec")
+    # a missing bucket is named as such, not as a missing object
+    with pytest.raises(Im2recError) as e:
+        RecordDataset("s3://no-such-bucket/train.rec")
+    assert str(e.value) == "s3://no-such-bucket/train.rec: the bucket no-such-bucket does not exist (or these credentials cannot see it)"
+    result = run("verify", "s3://no-such-bucket/train.rec")
+    assert result.exit_code == 1 and result.stderr == "Error: s3://no-such-bucket/train.rec: the bucket no-such-bucket does not exist (or these credentials cannot see it)\n"
 
 
 def test_sequential_scans_read_large_blocks(s3, data_dir):
