@@ -509,7 +509,8 @@ def export_command(rec, out, fmt, shard_size, classes_path, overwrite, quiet, st
       im2rec export s3://b/train.rec s3://b/wds/ --format webdataset
 
     OUT appears whole (written as OUT.partial, then renamed); a URL OUT gets each
-    shard as it is finished, im2rec.json and the format's index last.
+    shard as it is finished, im2rec.json and the format's index last. A damaged
+    record is reported and left out (exit status 1 at the end), as extract does.
     """
     bar = _ExportBar(not quiet)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
@@ -524,8 +525,11 @@ def export_command(rec, out, fmt, shard_size, classes_path, overwrite, quiet, st
     finally:
         bar.close()
         signal.signal(signal.SIGTERM, previous)
+    _print_problems(rec, summary.problems)
     if not quiet:
         click.echo(summary.line())
+    if summary.problems:
+        sys.exit(1)
 
 
 class _ExportBar(exchange.ExportProgress):

@@ -32,8 +32,9 @@ import numpy as np
 
 from . import recordio, storage
 from .bridges import FORMATS, Batch, DatasetMeta, Sample, default_flag, read_meta, shard_files, source_folder
-from .errors import Im2recError, OptionError, OutputExistsError
+from .errors import Im2recError, OptionError, OutputExistsError, RecordIOError
 from .fsutil import atomic_open, make_parents, start_writeback
+from .inspection import Problem
 from .packing import Checked, PackOptions, PackSummary, Progress, Task, pack_source
 from .recordio import IRHEADER_SIZE, RecordReader, idx_path_of, insightface_header, read_headers, unpack
 
@@ -97,13 +98,15 @@ class ExportSummary:
     bytes: int = 0  # payload bytes exported
     shards: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    problems: list[Problem] = field(default_factory=list)  # damaged records, left out
 
     def line(self) -> str:
         rate = self.samples / self.seconds if self.seconds else 0.0
         face = f" (insightface set: images only, {self.skipped:,} header and identity records left out)" if self.layout == "insightface" else ""
+        damaged = f"; {len(self.problems):,} damaged record{'s' if len(self.problems) != 1 else ''} left out" if self.problems else ""
         return (
             f"exported {self.samples:,} records{face} to {self.out} as {self.format}: {len(self.shards):,} shard{'s' if len(self.shards) != 1 else ''}, "
-            f"{self.bytes / 1e6:,.1f} MB of images in {self.seconds:.1f} s ({rate:,.0f} records/s)"
+            f"{self.bytes / 1e6:,.1f} MB of images in {self.seconds:.1f} s ({rate:,.0f} records/s){damaged}"
         )
 
 
@@ -140,10 +143,11 @@ def _classes(src: str, storage_options: dict | None, given: str | None = None) -
     return {int(k): v for k, v in read_classes(found, storage_options).items() if float(k).is_integer()}
 
 
-def _batches(reader: RecordReader, classes: dict[int, str], face: tuple[int, int] | None) -> Iterator[Batch]:
+def _batches(reader: RecordReader, classes: dict[int, str], face: tuple[int, int] | None, problems: list[Problem]) -> Iterator[Batch]:
     """The records of ``reader`` as Batches of ``_CHUNK`` records or ``CHUNK_BYTES``, in ``.idx`` order (an insightface set:
     its images only). A local file: headers read at once with numpy, images as views of its
-    memory map; a URL: each batch's byte span fetched at once, in ``_FETCH`` ranges."""
+    memory map; a URL: each batch's byte span fetched at once, in ``_FETCH`` ranges. A damaged
+    record is left out and noted in ``problems``, as ``extract`` does."""
     index = reader.require_index()
     keys = np.asarray(index.key_list)
     offsets = np.asarray(index.offsets, dtype=np.int64)
@@ -161,10 +165,23 @@ def _batches(reader: RecordReader, classes: dict[int, str], face: tuple[int, int
             ends = reader.record_ends(offs)
             lo, hi = int(offs.min()), int(ends.max())
             reader.prefetch((a, min(a + _FETCH, hi)) for a in range(lo, hi, _FETCH))
-            for off in offs.tolist():
-                _add(batch, *unpack(reader.read_at(off)[0]))
+            kept = []
+            for key, off in zip(batch.keys, offs.tolist()):
+                try:
+                    _add(batch, *unpack(reader.read_at(off)[0]))
+                    kept.append(key)
+                except RecordIOError as e:
+                    problems.append(Problem(off, key, str(e).removeprefix(f"{reader.path}: ")))
+            batch.keys = kept
         else:
-            heads = read_headers(reader, offs)
+            damaged: list[tuple[int, RecordIOError]] = []
+            heads = read_headers(reader, offs, damaged)
+            if damaged:
+                for i, error in damaged:
+                    problems.append(Problem(int(offs[i]), batch.keys[i], str(error).removeprefix(f"{reader.path}: ")))
+                good = heads.length >= 0
+                batch.keys = [k for k, g in zip(batch.keys, good.tolist()) if g]
+                offs, heads = offs[good], recordio.Headers(*(field[good] for field in heads))
             buf = reader.buffer()
             labels0 = heads.label.tolist()
             flags = ((heads.body - IRHEADER_SIZE) // 4).tolist()
@@ -182,8 +199,9 @@ def _batches(reader: RecordReader, classes: dict[int, str], face: tuple[int, int
                 labels.append(tuple(np.frombuffer(buf, np.float32, flag, s + IRHEADER_SIZE).tolist()) if flag else (labels0[i],))
         if classes and face is None:
             batch.class_names = [classes.get(int(x[0])) if len(x) == 1 and float(x[0]).is_integer() else None for x in batch.labels]
-        yield batch
-        if not reader.remote:  # what was read leaves this process's memory: flat for any file size
+        if len(batch):
+            yield batch
+        if not reader.remote and len(offs):  # what was read leaves this process's memory: flat for any file size
             del batch
             reader.release(int(offs.min()), int((offs + 8 + heads.length).max()))
 
@@ -314,7 +332,7 @@ def export_rec(
         for reader, face in zip(readers, faces):
             if face is not None:
                 summary.skipped += 1 + face[1] - face[0]
-            for batch in _batches(reader, meta.classes, face):
+            for batch in _batches(reader, meta.classes, face, summary.problems):
                 summary.bytes += sum(map(len, batch.images))
                 if write_batch is not None:
                     write_batch(batch)

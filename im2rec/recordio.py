@@ -1293,9 +1293,13 @@ class Headers(NamedTuple):
     single: np.ndarray
 
 
-def read_headers(reader: RecordReader, offsets: np.ndarray) -> Headers:
+def read_headers(reader: RecordReader, offsets: np.ndarray, damaged: list[tuple[int, RecordIOError]] | None = None) -> Headers:
     """The IRHeaders of the records at ``offsets``: all at once with numpy where a record is
     in one part (what nearly every image record is), the others one by one.
+
+    Args:
+        damaged: where a damaged record is noted, as ``(position in offsets, error)``, instead
+            of raised (its entries are then zero and its length -1).
 
     Raises:
         RecordIOError: a record is damaged; HeaderError: a payload is too short for an IRHeader.
@@ -1335,9 +1339,16 @@ def read_headers(reader: RecordReader, offsets: np.ndarray) -> Headers:
         del words
     for i in np.flatnonzero(~out.single).tolist():  # multi-part or damaged: the careful way
         offset = int(offsets[i])
-        payload = reader.read_at(offset)[0]
-        if len(payload) < IRHEADER_SIZE:
-            raise HeaderError(f"{reader.path}: the record at byte {offset} is {len(payload)} bytes, too short for an IRHeader")
+        try:
+            payload = reader.read_at(offset)[0]
+            if len(payload) < IRHEADER_SIZE:
+                raise HeaderError(f"{reader.path}: the record at byte {offset} is {len(payload)} bytes, too short for an IRHeader", offset)
+        except RecordIOError as e:
+            if damaged is None:
+                raise
+            damaged.append((i, e))
+            out.length[i] = -1
+            continue
         header, _ = unpack(payload)
         out.label[i] = float(header.label[0]) if header.flag else float(header.label)
         out.id[i], out.id2[i] = header.id, header.id2

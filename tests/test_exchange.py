@@ -536,3 +536,22 @@ def test_an_interrupted_export_leaves_nothing(data_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(exchange, "export_rec", interrupted)
     result = run("export", rec, tmp_path / "w", "--format", "webdataset")
     assert result.exit_code == 130 and f"Error: interrupted; nothing was written to {tmp_path / 'w'}" in result.output
+
+
+def test_export_leaves_out_a_damaged_record_and_says_so(data_dir, tmp_path):
+    """As extract: the records around a damaged one are exported, the damage reported, exit 1."""
+    golden = data_dir / "im2rec_pack_pass"
+    data = bytearray((golden / "all.rec").read_bytes())
+    index = recordio.read_index(golden / "all.idx")
+    key = index.keys()[3]
+    offset = index.offset(key)
+    data[offset : offset + 4] = b"\0\0\0\0"  # its magic word
+    (tmp_path / "d.rec").write_bytes(bytes(data))
+    shutil.copy(golden / "all.idx", tmp_path / "d.idx")
+    result = run("export", tmp_path / "d.rec", tmp_path / "w", "--format", "webdataset")
+    assert result.exit_code == 1
+    assert result.stderr == f"{tmp_path / 'd.rec'}: byte {offset}, key {key}: no record at byte {offset}: expected the magic 0xced7230a, found 0x00000000\n"
+    assert "exported 13 records" in result.stdout and "; 1 damaged record left out" in result.stdout
+    assert run("import", tmp_path / "w", tmp_path / "back.rec").exit_code == 0
+    back = recordio.RecordReader(tmp_path / "back.rec", tmp_path / "back.idx")
+    assert back.keys() == [k for k in index.keys() if k != key]
