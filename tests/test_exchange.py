@@ -432,7 +432,7 @@ def test_export_batches_hold_a_bounded_number_of_bytes(real_size_folders, tmp_pa
     assert run("pack", tmp_path / "t.lst", folder).exit_code == 0
     monkeypatch.setattr(exchange, "CHUNK_BYTES", 300_000)
     reader = recordio.RecordReader(tmp_path / "t.rec", tmp_path / "t.idx")
-    batches = list(exchange._batches(reader, {}, None))
+    batches = list(exchange._batches(reader, {}, None, []))
     sizes = [sum(len(x) + 100 for x in b.images) for b in batches]
     assert len(batches) > 3 and max(sizes) <= 300_000 + max(len(x) + 100 for b in batches for x in b.images)
     assert sum(len(b) for b in batches) == 20
