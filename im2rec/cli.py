@@ -525,10 +525,12 @@ def export_command(rec, out, fmt, shard_size, classes_path, overwrite, quiet, st
     finally:
         bar.close()
         signal.signal(signal.SIGTERM, previous)
+    for lost in summary.lost:
+        click.echo(lost, err=True)
     _print_problems(rec, summary.problems)
     if not quiet:
         click.echo(summary.line())
-    if summary.problems:
+    if summary.problems or summary.lost:
         sys.exit(1)
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from . import storage
 from .cache import BlockCache
-from .errors import HeaderError, Im2recError, StorageError
+from .errors import HeaderError, Im2recError, StorageError, TruncatedRecordError
 from .image import opencv
 from .recordio import IRHEADER_SIZE, IRHEADER_STRUCT, IRHeader, RecordReader, idx_path_of, insightface_header, unpack
 
@@ -101,6 +101,10 @@ class RecordDataset:
         index: the ``.idx`` of a single ``.rec`` that does not have it beside it.
         scan: a local ``.rec`` without an ``.idx`` is read through to find its records (keys
             0, 1, ... in file order; damaged bytes skipped, and logged) instead of refused.
+        on_missing: a ``.rec`` cut short (a partial download: its ``.idx`` names records past
+            its end): ``"raise"`` (the error says how many records are lost and how to mend
+            the ``.idx``), or ``"skip"``: the records that are there are read and the loss is
+            logged as a warning; ``cuts`` lists it.
 
     Items are ``(image, label)``: the label is a float (scalar records) or a float32
     array (records with flag > 0), as ``mx.recordio.unpack`` gives.
@@ -127,6 +131,7 @@ class RecordDataset:
         retries: int = storage.RETRIES,
         index: PathLike | None = None,
         scan: bool = False,
+        on_missing: str = "raise",
     ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -149,6 +154,8 @@ class RecordDataset:
         self.read_blocks = read_blocks
         self.block_bytes = int(block_bytes)
         source_options = {"cache": self.cache, "retries": retries}
+        if on_missing not in ("raise", "skip"):
+            raise ValueError(f"on_missing must be 'raise' or 'skip', got {on_missing!r}")
         if index is not None and len(self.paths) != 1:
             raise ValueError(f"index names the .idx of one .rec, not of {len(self.paths)}")
         self.readers: list[RecordReader] = []
@@ -168,7 +175,14 @@ class RecordDataset:
                     self.readers.append(reader)
                     continue
                 raise Im2recError(f"{storage.missing(idx, storage_options)}: reading {path} needs its .idx (`im2rec index {path}` writes one)")
-            self.readers.append(RecordReader(path, idx, storage_options=storage_options, source_options=source_options))
+            try:
+                reader = RecordReader(path, idx, storage_options=storage_options, source_options=source_options, on_cut=on_missing)
+            except TruncatedRecordError as e:
+                raise TruncatedRecordError(f"{e}; or pass on_missing='skip' to read the records that are there", e.offset) from None
+            if reader.cut is not None:
+                log.warning("%s", reader.cut.message())
+            self.readers.append(reader)
+        self.cuts = [r.cut for r in self.readers if r.cut is not None]
         self.remote = any(r.remote for r in self.readers)
 
         self.insightface: tuple[int, int] | None = None

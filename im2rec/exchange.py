@@ -99,6 +99,7 @@ class ExportSummary:
     shards: list[str] = field(default_factory=list)
     seconds: float = 0.0
     problems: list[Problem] = field(default_factory=list)  # damaged records, left out
+    lost: list[str] = field(default_factory=list)  # files cut short: what their .idx names that is not there
 
     def line(self) -> str:
         rate = self.samples / self.seconds if self.seconds else 0.0
@@ -308,7 +309,7 @@ def export_rec(
             raise Im2recError(storage.missing(rec, storage_options))
         if not storage.there(idx, storage_options):
             raise Im2recError(f"{idx}: no such {'object' if storage.is_url(idx) else 'file'}: export reads the records in .idx order (rebuild it with `im2rec index {rec}`)")
-        readers.append(RecordReader(rec, idx, storage_options=storage_options))
+        readers.append(RecordReader(rec, idx, storage_options=storage_options, on_cut="skip"))
     faces = [insightface_header(r) for r in readers]
     layout = "insightface" if all(f is not None for f in faces) else "plain"
     if layout == "plain":  # every record, header and identity records of insightface parts included
@@ -321,6 +322,7 @@ def export_rec(
         if storage.there(prop, storage_options):
             meta.property = storage.read_any(prop, storage_options).decode("ascii", "replace").strip()
     summary = ExportSummary(src, out.rstrip("/"), fmt, layout)
+    summary.lost = [r.cut.message() for r in readers if r.cut is not None]
     total = sum(len(r.require_index()) - (1 + f[1] - f[0] if f is not None else 0) for r, f in zip(readers, faces))
     dest = _Out(out, overwrite, storage_options)
     writer = None

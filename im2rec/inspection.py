@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from . import storage
-from .errors import HeaderError, Im2recError, ImageError, OutputExistsError, RecordIOError
+from .errors import HeaderError, Im2recError, ImageError, OutputExistsError, RecordIOError, TruncatedRecordError
 from .fsutil import atomic_open
 from .image import ImageOptions, decode, image_format, image_info
 from .lst import ListEntry, format_label, write_lst
@@ -65,8 +65,13 @@ def open_rec(rec: str, with_idx: bool = True, storage_options: dict | None = Non
     if not storage.there(rec, storage_options):
         raise Im2recError(storage.missing(rec, storage_options))
     idx = idx_path_of(rec)
-    reader = RecordReader(rec, idx if with_idx and storage.there(idx, storage_options) else None, storage_options=storage_options)
+    reader = RecordReader(rec, idx if with_idx and storage.there(idx, storage_options) else None, storage_options=storage_options, on_cut="skip")
     return reader, reader.index
+
+
+def cut_problem(reader: RecordReader) -> list[Problem]:
+    """A file cut short as one problem (not one per record lost), saying how to mend it."""
+    return [Problem(None, None, _reason(reader.cut.message(), reader.path))] if reader.cut is not None else []
 
 
 def record_entries(reader: RecordReader, problems: list[Problem]) -> Iterator[tuple[Any, int]]:
@@ -81,7 +86,7 @@ def record_entries(reader: RecordReader, problems: list[Problem]) -> Iterator[tu
             yield None, offset
 
 
-def _reason(error: Exception, path: str) -> str:
+def _reason(error: Exception | str, path: str) -> str:
     """An error's message without the leading file name (the report names the file once)."""
     text = str(error)
     return text[len(path) + 2 :] if text.startswith(path + ": ") else text
@@ -132,6 +137,7 @@ class InspectReport:
     header_split: list[str]
     damaged: list[str]
     grid: dict[str, Any] | None = None  # inspect --grid: path, tiles, columns, rows, classes, marked
+    lost: str | None = None  # the file was cut short: what its .idx names that is not in it
 
     def to_json(self) -> dict[str, Any]:
         report = dataclasses.asdict(self)
@@ -167,6 +173,8 @@ class InspectReport:
         out += [(f"warning: {rec}: {line}", True) for line in self.header_split[:limit]]
         if len(self.header_split) > limit:
             out.append((f"warning: {rec}: ... and {len(self.header_split) - limit:,} more records split inside their header", True))
+        if self.lost:
+            out.append((f"{rec}: {self.lost}", True))
         if self.damaged:
             out.append((f"  damaged: {len(self.damaged)} record(s) skipped", False))
             out += [(f"{rec}: {line}", True) for line in self.damaged[:limit]]
@@ -257,6 +265,7 @@ def inspect_rec(rec: str, sample: int = 200, seed: int = 0, storage_options: dic
         multi_part_records=multi_part,
         header_split=[str(p) for p in header_split],
         damaged=[str(p) for p in problems],
+        lost=_reason(reader.cut.message(), reader.path) if reader.cut is not None else None,
     )
     reader.close()
     return report
@@ -310,6 +319,8 @@ def verify_rec(rec: str, decode_images: bool = False, storage_options: dict | No
     for offset, length, nxt, error in reader.walk():
         if error is not None:
             problems.append(Problem(offset, None, f"{_reason(error, rec)}; the next record starts at byte {nxt}"))
+            if isinstance(error, TruncatedRecordError):
+                parts.append(offset)  # a real head whose record the end of the file cuts
             continue
         heads.append(offset)
         if nxt - offset == 8 + ((length + 3) & ~3):
@@ -334,6 +345,12 @@ def verify_rec(rec: str, decode_images: bool = False, storage_options: dict | No
             problems.append(Problem(None, None, str(e)))
             index = None
         if index is not None:
+            keep, cut = reader.cut_of(index)
+            if cut is not None:  # one problem for what is lost, not one per record (nor the walk's for the last)
+                lost_from = int(index.offsets[~keep].min())
+                problems[:] = [p for p in problems if not (p.offset is not None and p.offset >= lost_from and "truncated record" in p.message)]
+                problems.append(Problem(None, None, _reason(cut.message(), rec)))
+                index = index.subset(keep)
             keys_at = _check_index(index, heads_arr, problems)
     else:
         problems.append(Problem(None, None, f"no .idx ({idx_path}): random access, DALI and ImageRecordIter(path_imgidx) need one; `im2rec index` rebuilds it"))
@@ -452,6 +469,7 @@ def extract_rec(rec: str, outdir: str, flat: bool = False, overwrite: bool = Fal
         raise OutputExistsError(result.lst)
     face = insightface_header(reader) if index is not None else None
     entries: list[ListEntry] = []
+    result.problems.extend(cut_problem(reader))
     for key, offset in record_entries(reader, result.problems):
         if face and not (isinstance(key, int) and 1 <= key < face[0]):
             continue

@@ -703,6 +703,12 @@ class RecordIndex:
             return False
         return True
 
+    def subset(self, keep: np.ndarray) -> RecordIndex:
+        """The entries where ``keep`` (a bool array, one per entry) is true, with their line numbers."""
+        entries = np.flatnonzero(keep)
+        keys: np.ndarray | list[Any] = self.key_list[keep] if isinstance(self.key_list, np.ndarray) else [self.key_list[int(e)] for e in entries]
+        return RecordIndex(self.path, keys, self.offsets[keep], np.array([self.line_of(int(e)) for e in entries], dtype=np.int64))
+
     def validate(self, rec_size: int, rec_path: str) -> None:
         """Check that every offset could be a record head inside a file of ``rec_size`` bytes.
 
@@ -848,6 +854,23 @@ class ByteSource(Protocol):
     def find(self, sub: bytes, start: int = ..., /) -> int: ...
 
 
+class Cut(NamedTuple):
+    """What a ``.rec`` cut short (a partial download, a full disk) has lost: the ``.idx`` entries
+    whose records are not in it, whole. ``keys`` are theirs, in file order."""
+
+    rec: str
+    size: int
+    keys: list[Any]
+
+    def message(self) -> str:
+        n = len(self.keys)
+        which = f"key {self.keys[0]}" if n == 1 else f"keys {self.keys[0]} to {self.keys[-1]}, in file order"
+        return (
+            f"{self.rec}: the file ends at byte {self.size:,}: it was cut (a partial download?): {n:,} record{'s' * (n != 1)} "
+            f"of its .idx ({which}) {'are' if n != 1 else 'is'} not in it; `im2rec index {self.rec} --overwrite` rebuilds the .idx from what is there"
+        )
+
+
 class RecordReader:
     """Reads a ``.rec`` file by offset, by key, or in order, through its ``source``: a
     read-only memory map of a local file, or for a URL ranged reads (``storage.RemoteSource``).
@@ -865,6 +888,9 @@ class RecordReader:
         storage_options: fsspec's options, for a URL.
         source_options: for a URL, ``storage.RemoteSource``'s keyword arguments (``cache``,
             ``retries``).
+        on_cut: a file cut short (its ``.idx`` names records past its end): ``"raise"``
+            (TruncatedRecordError, saying what is lost and how to mend it), or ``"skip"``:
+            the records that are there are read, ``cut`` says what is not.
 
     Raises:
         OSError: a file cannot be opened.
@@ -879,6 +905,7 @@ class RecordReader:
         key_type: Callable[[str], Any] = int,
         storage_options: dict | None = None,
         source_options: dict | None = None,
+        on_cut: str = "raise",
     ):
         self.path = os.fspath(rec)
         self.source_options = source_options
@@ -887,10 +914,38 @@ class RecordReader:
         self.storage_options = storage_options
         self._map()
         self.index: RecordIndex | None = None
+        self.cut: Cut | None = None  # with on_cut="skip": what the file lost
         self._ends: np.ndarray | None = None  # remote: the .idx offsets, sorted
         if self.idx_path is not None:
             self.index = read_index(self.idx_path, key_type, storage_options=storage_options)
+            keep, cut = self.cut_of(self.index)
+            if cut is not None:
+                if on_cut != "skip":
+                    raise TruncatedRecordError(cut.message(), self.size)
+                self.cut, self.index = cut, self.index.subset(keep)
             self.index.validate(self.size, self.path)
+
+    def cut_of(self, index: RecordIndex) -> tuple[np.ndarray, Cut | None]:
+        """Which entries of ``index`` have their record in the file, whole (a bool array), and
+        what a file cut short lost: the entries past its end and (read locally) the record its
+        end falls in."""
+        offsets = index.offsets
+        lost = offsets > self.size - 8
+        within = np.flatnonzero(~lost & ((offsets & 3) == 0))
+        if within.size and not self.remote:
+            last = int(within[np.argmax(offsets[within])])
+            try:
+                self.extent(int(offsets[last]))
+            except TruncatedRecordError:
+                lost[last] = True
+            except RecordIOError:
+                pass  # damage, not a cut: reading that record says so
+        if not lost.any():
+            return ~lost, None
+        entries = np.flatnonzero(lost)
+        entries = entries[np.argsort(offsets[entries], kind="stable")]
+        keys = index.keys()
+        return ~lost, Cut(self.path, self.size, [keys[int(e)] for e in entries])
 
     def scan_index(self) -> list[RecordIOError]:
         """Find the records by reading the file (``walk``), for a ``.rec`` without its ``.idx``:

@@ -132,7 +132,9 @@ def test_verify_file_size_and_truncation(golden_copy):
     result = run("verify", golden_copy)
     assert result.exit_code == 1
     assert "not a multiple of 4: dmlc's InputSplit refuses to open it" in result.stderr
-    assert "truncated record at byte" in result.stderr
+    size = golden_copy.stat().st_size
+    assert f"the file ends at byte {size:,}: it was cut (a partial download?): 1 record of its .idx (key " in result.stderr
+    assert result.stderr.count("\n") == 2  # the size, and the cut: no line per record
 
 
 def test_verify_decode_finds_a_broken_image(tmp_path):
@@ -356,3 +358,58 @@ def test_contact_sheet_bad_extension(golden_copy, tmp_path):
     result = run("inspect", golden_copy, "--grid", tmp_path / "s.xyz")
     assert result.exit_code == 1 and result.stderr == f"Error: {tmp_path / 's.xyz'}: OpenCV cannot write a .xyz image; use .jpg or .png\n"
     assert not (tmp_path / "s.xyz").exists()
+
+
+# --------------------------------------------------------------------------- a .rec cut short
+
+
+@pytest.fixture
+def cut_rec(real_size_folders, tmp_path):
+    """The real-size ImageNet-like images packed with the default options, the .rec cut inside
+    its 12th record (of 20) as a partial download leaves it: (rec, records still whole, their keys)."""
+    folder = real_size_folders["imagenet"]
+    assert run("list", folder, tmp_path / "t").exit_code == 0
+    assert run("pack", tmp_path / "t.lst", folder, "-q").exit_code == 0
+    rec = tmp_path / "t.rec"
+    index = recordio.read_index(tmp_path / "t.idx")
+    order = np.argsort(index.offsets)
+    twelfth = int(index.offsets[order[11]])
+    rec.write_bytes(rec.read_bytes()[: twelfth + 1000])  # a multiple of 4: only the cut to report
+    return rec, 11, sorted(index.keys()[int(i)] for i in order[:11])
+
+
+def test_a_cut_rec_gives_up_only_what_is_lost(cut_rec, tmp_path):
+    rec, whole, keys = cut_rec
+    assert len(keys) == whole
+    lost = f"{rec}: the file ends at byte {rec.stat().st_size:,}: it was cut (a partial download?): 9 records of its .idx (keys "
+    mend = f"`im2rec index {rec} --overwrite` rebuilds the .idx from what is there\n"
+
+    result = run("inspect", rec)
+    assert result.exit_code == 0 and result.stdout.startswith(f"{rec}: 11 records,")
+    assert result.stderr.startswith(lost) and result.stderr.endswith(mend) and result.stderr.count("\n") == 1
+
+    result = run("verify", rec)
+    assert result.exit_code == 1 and result.stdout == f"{rec}: 11 records, 1 problem\n"
+    assert result.stderr.startswith(lost) and result.stderr.endswith(mend) and result.stderr.count("\n") == 1
+
+    result = run("extract", rec, tmp_path / "x")
+    assert result.exit_code == 1 and "extracted 11 images" in result.stdout and result.stderr.startswith(lost)
+
+    result = run("export", rec, tmp_path / "w", "--format", "webdataset")
+    assert result.exit_code == 1 and "exported 11 records" in result.stdout and result.stderr.startswith(lost)
+
+    from im2rec import ImageRecordIter, RecordDataset
+    from im2rec.errors import TruncatedRecordError
+
+    with pytest.raises(TruncatedRecordError) as e:
+        RecordDataset(rec)
+    assert str(e.value).startswith(lost) and str(e.value).endswith("; or pass on_missing='skip' to read the records that are there")
+    ds = RecordDataset(rec, on_missing="skip")
+    assert len(ds) == 11 and sorted(ds.header(i).id for i in range(11)) == keys and ds.cuts[0].keys[0] not in keys
+    assert ds[10][0].shape[2] == 3  # the records that are there decode
+    with ImageRecordIter(path_imgrec=str(rec), data_shape=(3, 224, 224), batch_size=4, round_batch=False) as it:
+        assert sorted(int(i) for b in it for i in b.index[: 4 - b.pad]) == keys
+
+    result = run("index", rec, "--overwrite")  # the mend: then the records that are there read plainly
+    assert result.exit_code == 1 and "truncated record" in result.stderr  # the cut tail, said once
+    assert run("inspect", rec).stderr == "" and len(RecordDataset(rec)) == 11
