@@ -38,6 +38,7 @@ import numpy as np
 
 from . import storage
 from .errors import Im2recError, ImageError
+from .recordio import LAYOUTS
 
 log = logging.getLogger(__name__)
 
@@ -257,17 +258,33 @@ class DatasetMeta:
         return path
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> DatasetMeta:
-        d = json.loads(text)
-        return cls(
-            source=d.get("source", ""),
-            layout=d.get("layout", "plain"),
-            property=d.get("property"),
-            classes={int(k): v for k, v in (d.get("classes") or {}).items()},
-            samples=int(d.get("samples", 0)),
-            shards=list(d.get("shards", [])),
-            format=d.get("format", ""),
-        )
+    def from_json(cls, text: str | bytes, where: str = "im2rec.json") -> DatasetMeta:
+        """The metadata in ``text`` (what ``where`` holds: a file's name, for the errors).
+
+        Raises:
+            Im2recError: it is not JSON, or not the object im2rec export writes.
+        """
+        try:
+            d = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            at = f" at line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
+            raise Im2recError(f"{where}: not JSON ({e.msg if isinstance(e, json.JSONDecodeError) else 'not UTF-8'}{at}): an export's im2rec.json is damaged; remove it to read the shards without it") from None
+        if not isinstance(d, dict):
+            raise Im2recError(f"{where}: not the object an export writes (a JSON {type(d).__name__}); remove it to read the shards without it")
+        if d.get("layout", "plain") not in LAYOUTS:
+            raise Im2recError(f"{where}: layout {d.get('layout')!r}: an export writes {' or '.join(LAYOUTS)}; remove it to read the shards without it")
+        try:
+            return cls(
+                source=str(d.get("source", "")),
+                layout=str(d.get("layout", "plain")),
+                property=d.get("property"),
+                classes={int(k): str(v) for k, v in (d.get("classes") or {}).items()},
+                samples=int(d.get("samples", 0)),
+                shards=[str(x) for x in d.get("shards", [])],
+                format=str(d.get("format", "")),
+            )
+        except (TypeError, ValueError, AttributeError) as e:
+            raise Im2recError(f"{where}: a field holds what an export does not write ({e}); remove it to read the shards without it") from None
 
 
 def in_folder(folder: str, name: str) -> str:
@@ -283,13 +300,18 @@ def read_file(path: str, storage_options: Mapping[str, Any] | None = None) -> by
     """
     if not storage.there(path, storage_options):
         raise Im2recError(storage.missing(path, storage_options))
-    return storage.read_any(path, storage_options)
+    try:
+        return storage.read_any(path, storage_options)
+    except IsADirectoryError:
+        raise Im2recError(f"{path}: is a folder, where a file was named (a damaged index?)") from None
+    except OSError as e:
+        raise Im2recError(f"{path}: cannot read it: {e.strerror or e}") from None
 
 
 def read_meta(folder: str, storage_options: Mapping[str, Any] | None = None) -> DatasetMeta | None:
     """``folder/im2rec.json``, when an export wrote one there."""
     path = in_folder(folder, META_NAME)
-    return DatasetMeta.from_json(storage.read_any(path, storage_options)) if storage.there(path, storage_options) else None
+    return DatasetMeta.from_json(storage.read_any(path, storage_options), path) if storage.there(path, storage_options) else None
 
 
 def shard_files(src: str, ext: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:

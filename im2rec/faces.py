@@ -34,6 +34,7 @@ from .image import image_info
 from .outputs import Outputs, RecordFile
 from .recordio import (
     IRHEADER_SIZE,
+    LAYOUTS,
     MAGIC,
     MAX_RECORD_SIZE,
     PADDING,
@@ -52,7 +53,6 @@ __all__ = ["LAYOUTS", "LayoutResult", "combine", "convert", "insightface_outputs
 
 log = logging.getLogger(__name__)
 
-LAYOUTS = ("plain", "insightface")
 MAX_IDENTITY = 1 << 24  # identity ids and image keys are stored as float32 labels: exact below 2**24
 _SIZE_SAMPLE = 256  # images whose header is read for the property file's height and width
 

@@ -258,11 +258,11 @@ class Reader:
         self.src, self.storage_options = src, storage_options
         self.files = shard_files(src, ".parquet", storage_options)
         self.meta: DatasetMeta | None = None
-        first = self.pq.ParquetFile(self._open(self.files[0]))
+        first = self._parquet(self.files[0])
         schema = first.schema_arrow
         kv = schema.metadata or {}
         if b"im2rec" in kv:
-            self.meta = DatasetMeta.from_json(kv[b"im2rec"])
+            self.meta = DatasetMeta.from_json(kv[b"im2rec"], f"{self.files[0]} (its im2rec metadata)")
         self.meta = read_meta(source_folder(src), storage_options) or self.meta
         names = schema.names
         self.image = _column(names, IMAGE_NAMES)
@@ -342,7 +342,15 @@ class Reader:
                 if position + row + n <= start:
                     row += n
                     continue
-                batch = f.read_row_group(g, columns=columns)
+                try:
+                    batch = f.read_row_group(g, columns=columns)
+                except Exception as e:  # pyarrow's errors of damaged data: the group's rows are failures, the rest goes on
+                    reason = f"row group {g} of {base} cannot be read: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+                    for i in range(n):
+                        if position + row + i >= start:
+                            yield Sample(key=str(row + i), image=b"", label=(), where=f"{base}:row {row + i}", problem=("corrupt", reason))
+                    row += n
+                    continue
                 for i, sample in enumerate(self._rows(batch, base, row, path)):
                     if position + row + i >= start:
                         yield sample

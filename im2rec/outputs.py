@@ -269,8 +269,13 @@ class PackFiles:
         if resume and partial_exists:
             if not os.path.exists(out.state) or not os.path.exists(out.partials[0]):
                 raise PackError(f"cannot resume: {out.state} or {out.partials[0]} is missing; use --overwrite to start again")
-            with open(out.state, encoding="utf-8") as f:
-                saved = json.load(f)
+            try:
+                with open(out.state, encoding="utf-8") as f:
+                    saved = json.load(f)
+            except (ValueError, UnicodeDecodeError) as e:
+                raise PackError(f"cannot resume: {out.state} is damaged ({e}); use --overwrite to start again") from None
+            if not isinstance(saved, dict):
+                raise PackError(f"cannot resume: {out.state} is damaged (not the object pack writes); use --overwrite to start again")
             changed = _changed(saved, fingerprint)
             if changed:
                 raise PackError(
@@ -381,8 +386,11 @@ def _changed(saved: dict, now: dict) -> list[str]:
     names = {"list": "LIST", "list_sha256": "LIST (its lines changed)", "root": "ROOT"}  # as the command line says them
     changed = [names.get(k, k) for k in changed]
     if "options" in changed:  # name the options, not the group
-        old_opts, new_opts = saved.get("options") or {}, now["options"]
-        old_opts, new_opts = {**old_opts, **(old_opts.get("image") or {})}, {**new_opts, **new_opts["image"]}
+        old_opts, new_opts = saved.get("options"), now["options"]
+        old_opts = old_opts if isinstance(old_opts, dict) else {}  # a damaged state file: every option differs
+        image = old_opts.get("image")
+        old_image: dict = image if isinstance(image, dict) else {}
+        old_opts, new_opts = {**old_opts, **old_image}, {**new_opts, **new_opts["image"]}
         changed.remove("options")
         flag = {"reduced_decode": "--full-decode", "part": "--part-index/--num-parts"}
         changed += [flag.get(k, f"--{k.replace('_', '-')}") for k in new_opts if k != "image" and old_opts.get(k) != new_opts[k]]

@@ -1299,6 +1299,11 @@ class RecordReader:
             pos = nxt
 
 
+#: The record layouts: ``plain`` (im2rec.py's: keys = list indices) and ``insightface`` (a header
+#: record, the images, identity records; see ``insightface_header``).
+LAYOUTS = ("plain", "insightface")
+
+
 def insightface_header(reader: RecordReader) -> tuple[int, int] | None:
     """``(first identity key, end)`` if record 0 is an insightface header, else None.
 
@@ -1398,13 +1403,16 @@ def read_headers(reader: RecordReader, offsets: np.ndarray, damaged: list[tuple[
             payload = reader.read_at(offset)[0]
             if len(payload) < IRHEADER_SIZE:
                 raise HeaderError(f"{reader.path}: the record at byte {offset} is {len(payload)} bytes, too short for an IRHeader", offset)
+            try:
+                header, _ = unpack(payload)
+            except HeaderError as e:
+                raise HeaderError(f"{reader.path}: the record at byte {offset}: {e}", offset) from None
         except RecordIOError as e:
             if damaged is None:
                 raise
             damaged.append((i, e))
             out.length[i] = -1
             continue
-        header, _ = unpack(payload)
         out.label[i] = float(header.label[0]) if header.flag else float(header.label)
         out.id[i], out.id2[i] = header.id, header.id2
         out.body[i] = IRHEADER_SIZE + 4 * header.flag

@@ -458,4 +458,7 @@ def read_manifest(path: str, storage_options: dict | None = None) -> list[str]:
         raise Im2recError(f"{path}: not a shard manifest ({e})") from None
     if not recs:
         raise Im2recError(f"{path}: the manifest lists no shard")
+    for rec in recs if not storage.is_url(path) else ():  # (a store's shards: a request each; their reader says it)
+        if not os.path.isfile(rec):
+            raise Im2recError(f"{storage.missing(rec)}: {path} names it as a shard (a damaged or stale manifest?)")
     return recs
