@@ -389,7 +389,10 @@ class Reader(FolderSource):
         if self.compression and not self.compression.startswith("zstd"):
             raise Im2recError(f"{where}: compressed with {self.compression}: only zstd is supported")
         self.formats: list[str] = list(config.get("data_format") or [])
-        self.names = leaf_names(config.get("data_spec"))
+        try:
+            self.names = leaf_names(config.get("data_spec"))
+        except (ValueError, TypeError, KeyError, AttributeError) as e:  # the spec is JSON in a JSON string
+            raise Im2recError(f"{where}: its data_spec cannot be read ({type(e).__name__}: {e})") from None
         if len(self.names) != len(self.formats):
             raise Im2recError(f"{where}: data_spec has {len(self.names)} leaves, data_format {len(self.formats)}")
         self.chunks: list[dict[str, Any]] = index["chunks"]
