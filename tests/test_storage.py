@@ -7,6 +7,7 @@ import pickle
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -767,3 +768,48 @@ def test_a_pack_to_s3_in_which_every_image_fails_leaves_only_its_failure_list(s3
     result = run("pack", tmp_path / "l.lst", tmp_path / "img", "s3://data/none/out.rec", "-q")
     assert result.exit_code == 1 and result.stderr == "Error: no image could be packed: all 1 failed; see s3://data/none/out.failed.tsv\n"
     assert sorted(p.rsplit("/", 1)[1] for p in store().ls("data/none", refresh=True)) == ["out.failed.tsv"]
+
+
+def test_readme_try_s3_on_your_machine_runs_as_written(tmp_path):
+    """Every command of the README's "Try s3:// on your machine" box, in order, in a folder with
+    images/: the server it starts (on a free port), the environment, the bucket, the main job."""
+    import re
+    import shlex
+    import socket
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    box = readme.split("**Try `s3://` on your machine**", 1)[1]
+    lines = [line for line in re.findall(r"```bash\n(.*?)```", box, re.S)[0].splitlines() if line.strip()]
+    assert lines[0].startswith("moto_server ") and lines[1].startswith("export ") and len(lines) == 6
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    lines = [line.replace("5555", str(port)) for line in lines]
+    assert subprocess.run([sys.executable, "-m", "im2rec.synthetic", str(tmp_path / "images"), "--classes", "2", "--per-class", "5", "--workers", "1"], capture_output=True).returncode == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    server_cmd = shlex.split(lines[0].split("&", 1)[0], comments=True)
+    bin_dir = Path(sys.executable).parent
+    server = subprocess.Popen([str(bin_dir / server_cmd[0]), *server_cmd[1:]], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with deadline(30, "the README's moto_server to listen"):
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+        for assignment in shlex.split(lines[1], comments=True)[1:]:
+            key, value = assignment.split("=", 1)
+            env[key] = value
+        for line in lines[2:]:
+            argv = shlex.split(line, comments=True)
+            if argv[0] == "python":
+                argv[0] = sys.executable
+            elif argv[0] == "im2rec":
+                argv = [sys.executable, "-m", "im2rec", *argv[1:]]
+            result = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+            assert result.returncode == 0, (line, result.stderr)
+        assert result.stdout.startswith("s3://demo/train.rec: 10 records, 0 problems"), result.stdout
+    finally:
+        server.terminate()
+        server.wait()

@@ -270,3 +270,27 @@ def test_a_failed_read_in_a_dataloader_worker_reaches_the_loop(store):
         gc.collect()  # the failed iterator (in a reference cycle through its traceback) ends its workers now, not at exit
     assert re.search(r"s3://train/data\.rec: record \d+ \(byte \d+\) cannot be read: s3://train/data\.rec: .*internal error.*\(reading bytes \d+-\d+\)\n", message), message
     proxy.clear_faults()
+
+
+def test_readme_training_recipe_runs_as_copied(real_size_folders, tmp_path, monkeypatch):
+    """The README's "For training" block, on a real-size pack at --resize 256 (images of several
+    sizes): the transform gives one size, the default collate stacks a batch."""
+    pytest.importorskip("torch")
+    import re
+
+    from click.testing import CliRunner
+
+    from im2rec.cli import main
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme.split("### For training: `RecordDataset`", 1)[1].split("\n### ", 1)[0]
+    code = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(code) == 1
+    monkeypatch.chdir(tmp_path)
+    folder = real_size_folders["imagenet"]
+    assert CliRunner().invoke(main, ["list", str(folder), "data/train"]).exit_code == 0
+    assert CliRunner().invoke(main, ["pack", "data/train.lst", str(folder), "--resize", "256", "-q"]).exit_code == 0
+    scope: dict = {}
+    with deadline(300, "the README's training block"):
+        exec(compile(code[0].replace("batch_size=64", "batch_size=8"), "README.md", "exec"), scope)
+    assert tuple(scope["images"].shape) == (8, 3, 224, 224) and scope["labels"].shape[0] == 8
