@@ -396,6 +396,9 @@ class Reader(FolderSource):
         if len(self.names) != len(self.formats):
             raise Im2recError(f"{where}: data_spec has {len(self.names)} leaves, data_format {len(self.formats)}")
         self.chunks: list[dict[str, Any]] = index["chunks"]
+        for n, chunk in enumerate(self.chunks):
+            if not (isinstance(chunk, dict) and isinstance(chunk.get("filename"), str) and isinstance(chunk.get("chunk_size"), int) and chunk["chunk_size"] >= 0):
+                raise Im2recError(f"{where}: chunk {n} is not a litdata chunk entry (a 'filename' and a 'chunk_size')")
         self.roles = pick_roles({n: f.split(":", 1)[0] for n, f in zip(self.names, self.formats)}, label_field, where)
         self.meta: DatasetMeta | None = read_meta(self.src, storage_options)
 

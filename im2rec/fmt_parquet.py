@@ -342,16 +342,12 @@ class Reader:
                 if position + row + n <= start:
                     row += n
                     continue
-                try:
-                    batch = f.read_row_group(g, columns=columns)
+                try:  # the group's columns as Python values (what _rows converts first)
+                    samples = list(self._rows(f.read_row_group(g, columns=columns), base, row, path))
                 except Exception as e:  # pyarrow's errors of damaged data: the group's rows are failures, the rest goes on
                     reason = f"row group {g} of {base} cannot be read: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
-                    for i in range(n):
-                        if position + row + i >= start:
-                            yield Sample(key=str(row + i), image=b"", label=(), where=f"{base}:row {row + i}", problem=("corrupt", reason))
-                    row += n
-                    continue
-                for i, sample in enumerate(self._rows(batch, base, row, path)):
+                    samples = [Sample(key=str(row + i), image=b"", label=(), where=f"{base}:row {row + i}", problem=("corrupt", reason)) for i in range(n)]
+                for i, sample in enumerate(samples):
                     if position + row + i >= start:
                         yield sample
                 row += n
