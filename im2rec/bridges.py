@@ -314,6 +314,26 @@ def read_meta(folder: str, storage_options: Mapping[str, Any] | None = None) -> 
     return DatasetMeta.from_json(storage.read_any(path, storage_options), path) if storage.there(path, storage_options) else None
 
 
+def check_listed(files: list[str], meta: DatasetMeta | None, fmt: str, src: str) -> None:
+    """Refuse a source whose ``im2rec.json`` lists a shard that is not among ``files`` (read
+    as a whole folder): its samples would be lost without a word.
+
+    Raises:
+        Im2recError: naming the missing shard and the file that lists it.
+    """
+    if meta is None or meta.format != fmt or not meta.shards or any(c in src.split("://", 1)[-1] for c in "*?[") or src.endswith(EXTENSIONS_OF.get(fmt, "\0")):
+        return  # a glob or one shard: only what was asked for is read
+    there = {f.rstrip("/").rsplit("/", 1)[-1] for f in files}
+    folder = source_folder(src)
+    for name in meta.shards:
+        if name not in there:
+            raise Im2recError(f"{in_folder(folder, name)}: no such file: {in_folder(folder, META_NAME)} lists it (a shard lost in the copy?)")
+
+
+#: The shard file extension of each format read from shard files.
+EXTENSIONS_OF = {"webdataset": ".tar", "parquet": ".parquet"}
+
+
 def shard_files(src: str, ext: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
     """The shard files a reader reads, in name order: ``src`` itself when it ends with ``ext``
     (``.tar``, ``.parquet``), the files ending with ``ext`` in the folder (or URL prefix)

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from . import storage
-from .bridges import IMAGE_NAMES, KEY_NAMES, LABEL_NAMES, Batch, DatasetMeta, OnShard, Sample, extension_of, in_folder, labels_of, meta_text, read_meta, shard_files, source_folder
+from .bridges import IMAGE_NAMES, KEY_NAMES, LABEL_NAMES, Batch, DatasetMeta, OnShard, Sample, check_listed, extension_of, in_folder, labels_of, meta_text, read_meta, shard_files, source_folder
 from .errors import Im2recError
 from .fsutil import start_writeback
 
@@ -264,6 +264,7 @@ class Reader:
         if b"im2rec" in kv:
             self.meta = DatasetMeta.from_json(kv[b"im2rec"], f"{self.files[0]} (its im2rec metadata)")
         self.meta = read_meta(source_folder(src), storage_options) or self.meta
+        check_listed(self.files, self.meta, "parquet", src)
         names = schema.names
         self.image = _column(names, IMAGE_NAMES)
         if self.image is None:  # the first binary column, or struct with bytes

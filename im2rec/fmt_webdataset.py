@@ -30,12 +30,12 @@ import json
 import math
 import os
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 
 from . import storage
-from .bridges import Batch, DatasetMeta, OnShard, Sample, extension_of, meta_text, read_meta, shard_files, source_folder
+from .bridges import Batch, DatasetMeta, OnShard, Sample, check_listed, extension_of, meta_text, read_meta, shard_files, source_folder
 from .errors import Im2recError
 from .fsutil import WriteBehind
 
@@ -302,13 +302,28 @@ def _chunks(f: IO[bytes]) -> Iterator[bytes]:
         yield data
 
 
-def members(f: IO[bytes], path: str) -> Iterator[tuple[str, memoryview, int]]:
+class Damage(NamedTuple):
+    """Bytes of a tar that hold no member: what ``members`` yields for them, in their place."""
+
+    offset: int
+    message: str
+
+
+def _checksum_ok(h: bytes) -> bool:
+    """Whether a header block's checksum field matches its bytes (unsigned, as POSIX says)."""
+    stored = h[148:156].split(b"\0", 1)[0].strip()
+    return bool(stored) and all(c in b"01234567" for c in stored) and int(stored, 8) == sum(h[:148]) + 256 + sum(h[156:])
+
+
+def members(f: IO[bytes], path: str) -> Iterator[tuple[str, memoryview, int] | Damage]:
     """The regular files of a tar stream: ``(name, data, offset of the header)``; ``data`` is a
-    view of the piece read (copy what is kept past the next member).
+    view of the piece read (copy what is kept past the next member). Bytes that are no member
+    (a header with a bad checksum, a lone zero block: a damaged header) are one ``Damage``; the
+    reading goes on at the next valid header.
 
     Raises:
-        Im2recError: a header is damaged (bad checksum, unreadable size) or the file is
-            cut short, naming the byte offset.
+        Im2recError: the file is empty, or cut short (inside a member, or before tar's
+            end-of-archive blocks: a partial download), naming the byte offset.
     """
     base = 0  # the file offset of buf[0]
     buf: bytes = b""
@@ -316,35 +331,59 @@ def members(f: IO[bytes], path: str) -> Iterator[tuple[str, memoryview, int]]:
     long_name: str | None = None
     pax: dict[str, str] = {}
     chunks = _chunks(f)
-    while True:
-        if len(buf) - pos < BLOCK:  # the next header
+
+    def have(n: int) -> bool:
+        """Whether ``n`` bytes from ``pos`` are in ``buf`` (reading on as needed)."""
+        nonlocal base, buf, pos
+        while len(buf) - pos < n:
             more = next(chunks, b"")
             if not more:
-                if len(buf) - pos:
-                    raise Im2recError(f"{path}: byte {base + pos}: the tar file ends inside a header (truncated)")
-                return
+                return False
             base, buf, pos = base + pos, buf[pos:] + more, 0
-            continue
+        return True
+
+    while True:
+        if not have(BLOCK):
+            if base + len(buf) == 0:
+                raise Im2recError(f"{path}: the tar file is empty (0 bytes)")
+            if len(buf) - pos:
+                raise Im2recError(f"{path}: byte {base + pos}: the tar file ends inside a header (truncated)")
+            raise Im2recError(f"{path}: the tar file ends at byte {base + pos:,} without tar's end-of-archive blocks: it was cut short (a partial download?), and its members after that are lost")
         h = buf[pos : pos + BLOCK]
         offset = base + pos
-        if h[257:262] != b"ustar" or h[148:149] == b"\0":  # not a ustar/GNU header: zeros (the end), or an old or damaged one
-            if h == _ZERO_BLOCK:
+        if h == _ZERO_BLOCK:
+            if not have(2 * BLOCK) or buf[pos + BLOCK : pos + 2 * BLOCK] == _ZERO_BLOCK:
+                return  # the end of the archive (two zero blocks, or one at the end of the file)
+        elif _checksum_ok(h):
+            pass
+        else:  # not a header: a damaged one; read on at the next valid header
+            pos += BLOCK
+            while have(BLOCK) and not (buf[pos : pos + BLOCK] != _ZERO_BLOCK and _checksum_ok(buf[pos : pos + BLOCK])):
+                pos += BLOCK
+            found = have(BLOCK)
+            yield Damage(offset, f"byte {offset}: {base + pos - offset:,} bytes that are no tar member (a damaged header: a bad checksum){'' if found else ', to the end of the file'}; what they held is lost")
+            pax, long_name = {}, None
+            if not found:
                 return
-            stored = h[148:156].split(b"\0", 1)[0].strip()
-            if not stored or any(c not in b"01234567" for c in stored) or int(stored, 8) != sum(h[:148]) + 256 + sum(h[156:]):
-                raise Im2recError(f"{path}: byte {offset}: not a tar header (bad checksum); the file is damaged or not a tar")
+            continue
+        if h == _ZERO_BLOCK:  # a lone zero block before more data: a header zeroed
+            pos += BLOCK
+            while have(BLOCK) and not (buf[pos : pos + BLOCK] != _ZERO_BLOCK and _checksum_ok(buf[pos : pos + BLOCK])):
+                pos += BLOCK
+            found = have(BLOCK)
+            yield Damage(offset, f"byte {offset}: a lone zero block where a header should be, then {base + pos - offset - BLOCK:,} bytes of no member{'' if found else ', to the end of the file'}; what they held is lost")
+            if not found:
+                return
+            continue
         try:
             size = int(h[124:135], 8)
         except ValueError:
             size = _octal(h[124:136], path, offset)
         if "size" in pax:
             size = int(pax["size"])
+        if not have(BLOCK + size):  # the member's data crosses the piece and the file ends first
+            raise Im2recError(f"{path}: byte {offset}: the member's {size:,} bytes are cut short at byte {base + len(buf)} (truncated)")
         end = pos + BLOCK + size
-        while len(buf) < end:  # the member's data crosses the piece: read on
-            more = next(chunks, b"")
-            if not more:
-                raise Im2recError(f"{path}: byte {offset}: the member's {size:,} bytes are cut short at byte {base + len(buf)} (truncated)")
-            base, buf, pos, end = base + pos, buf[pos:] + more, 0, end - pos
         data = memoryview(buf)[pos + BLOCK : end]
         pos = end + (-size % BLOCK)
         kind = h[156:157]
@@ -391,6 +430,7 @@ class Reader:
         self.storage_options = storage_options
         self.shards = shard_files(src, ".tar", storage_options)
         self.meta: DatasetMeta | None = read_meta(source_folder(src), storage_options)
+        check_listed(self.shards, self.meta, "webdataset", src)
 
     def count(self) -> int | None:
         if self.meta is not None and self.meta.format == "webdataset" and len(self.meta.shards) == len(self.shards):
@@ -406,13 +446,21 @@ class Reader:
                 raise Im2recError(storage.missing(shard, self.storage_options) if isinstance(e, FileNotFoundError) else f"{shard}: {e}") from None
         return open(shard, "rb", buffering=1 << 20)
 
-    def _grouped(self) -> Iterator[tuple[str, str, dict[str, memoryview]]]:
-        """``(shard, key, {ext: data})`` for every sample, in order."""
+    def _grouped(self) -> Iterator[tuple[str, str, dict[str, memoryview]] | tuple[str, Damage]]:
+        """``(shard, key, {ext: data})`` for every sample, in order; ``(shard, Damage)`` where
+        bytes of a shard hold no member."""
         for shard in self.shards:
             with self._open(shard) as f:
                 key: str | None = None
                 fields: dict[str, memoryview] = {}
-                for name, data, _ in members(f, shard):
+                for member in members(f, shard):
+                    if isinstance(member, Damage):
+                        if key is not None:
+                            yield shard, key, fields
+                            key, fields = None, {}
+                        yield shard, member
+                        continue
+                    name, data, _ = member
                     dot = name.find(".", name.rfind("/") + 1)  # webdataset's rule: the key ends at the basename's first dot
                     if dot <= 0:
                         continue
@@ -427,7 +475,10 @@ class Reader:
 
     def class_names(self) -> list[str] | None:
         names: set[str] = set()
-        for _, _, fields in self._grouped():
+        for item in self._grouped():
+            if len(item) == 2:  # damage: listed when read
+                continue
+            _, _, fields = item
             doc = None
             if "json" in fields:
                 try:
@@ -442,10 +493,15 @@ class Reader:
         return sorted(names) if names else None
 
     def samples(self, start: int = 0) -> Iterator[Sample]:
-        for position, (shard, key, fields) in enumerate(self._grouped()):
+        for position, item in enumerate(self._grouped()):
             if position < start:
                 continue
-            yield _sample(shard, key, fields, self.label_field)
+            if len(item) == 2:
+                shard, damage = item
+                where = f"{shard.rsplit('/', 1)[-1]}:byte {damage.offset}"
+                yield Sample(key=where, image=b"", label=(), where=where, problem=("corrupt", damage.message))
+                continue
+            yield _sample(*item, self.label_field)
 
 
 def _label_field(fields: dict[str, Any], doc: Any, name: str | None = None) -> Any:

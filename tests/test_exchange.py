@@ -328,9 +328,14 @@ def test_errors_name_the_file_and_offset(data_dir, tmp_path):
     result = run("import", tmp_path / "w", tmp_path / "x.rec", "--format", "webdataset")
     assert result.exit_code == 1 and "all-000000.tar: byte 1024: the member's" in result.output and "(truncated)" in result.output, result.output
     assert not (tmp_path / "x.rec").exists()
-    tar.write_bytes(data[:1024] + b"\x01" * 512 + data[1536:])
+    tar.write_bytes(data[:1024] + b"\x01" * 512 + data[1536:])  # a header damaged: what it held is lost, the rest is read
     result = run("import", tmp_path / "w", tmp_path / "x.rec", "--format", "webdataset")
-    assert result.exit_code == 1 and "all-000000.tar: byte 1024: not a tar header (bad checksum)" in result.output, result.output
+    assert result.exit_code == 0 and "packed 11 of 14 images" in result.output and "3 failed (1 corrupt, 2 missing)" in result.output, result.output
+    failed = (tmp_path / "x.failed.tsv").read_text().splitlines()
+    damaged = [line for line in failed if "\tall-000000.tar:byte 1024\tcorrupt: byte 1024: " in line]
+    assert len(damaged) == 1 and damaged[0].endswith("bytes that are no tar member (a damaged header: a bad checksum); what they held is lost")
+    (tmp_path / "x.rec").unlink()
+    (tmp_path / "x.idx").unlink()
     (tmp_path / "noidx.rec").write_bytes(rec.read_bytes())
     result = run("export", tmp_path / "noidx.rec", tmp_path / "n", "--format", "webdataset")
     assert result.exit_code == 1 and "noidx.idx: no such file: export reads the records in .idx order" in result.output
@@ -555,3 +560,50 @@ def test_export_leaves_out_a_damaged_record_and_says_so(data_dir, tmp_path):
     assert run("import", tmp_path / "w", tmp_path / "back.rec").exit_code == 0
     back = recordio.RecordReader(tmp_path / "back.rec", tmp_path / "back.idx")
     assert back.keys() == [k for k in index.keys() if k != key]
+
+
+@pytest.mark.parametrize("how", ["cut at a member", "zeroed header", "empty", "missing"])
+def test_a_webdataset_shard_cut_zeroed_empty_or_missing_is_never_silent(data_dir, tmp_path, how):
+    """What the trial found: samples lost from a shard, with exit 0 and "0 failed"."""
+    rec = data_dir / "im2rec_pack_pass" / "all.rec"
+    assert run("export", rec, tmp_path / "w", "--format", "webdataset", "--shard-size", "60KB").exit_code == 0
+    shards = sorted((tmp_path / "w").glob("*.tar"))
+    assert len(shards) > 2
+    shard = shards[1]
+    data = shard.read_bytes()
+    import tarfile
+
+    with tarfile.open(shard) as t:
+        offsets = [m.offset for m in t.getmembers()]
+    if how == "cut at a member":
+        shard.write_bytes(data[: offsets[len(offsets) // 2]])  # a download stopped on a 512-byte boundary
+    elif how == "zeroed header":
+        at = offsets[len(offsets) // 2]
+        shard.write_bytes(data[:at] + bytes(512) + data[at + 512 :])
+    elif how == "empty":
+        shard.write_bytes(b"")
+    else:
+        shard.unlink()
+    result = run("import", tmp_path / "w", tmp_path / "x.rec")
+    if how == "zeroed header":  # the damage is listed, the rest of the shard read
+        assert result.exit_code == 0 and "corrupt" in result.output, result.output
+        assert "a lone zero block where a header should be" in (tmp_path / "x.failed.tsv").read_text()
+    else:
+        assert result.exit_code == 1, result.output
+        expected = {
+            "cut at a member": "without tar's end-of-archive blocks: it was cut short (a partial download?), and its members after that are lost",
+            "empty": "the tar file is empty (0 bytes)",
+            "missing": f"{shard}: no such file: {tmp_path / 'w' / 'im2rec.json'} lists it (a shard lost in the copy?)",
+        }[how]
+        assert expected in result.stderr, result.stderr
+
+
+def test_a_parquet_shard_its_im2rec_json_lists_but_that_is_missing(data_dir, tmp_path):
+    pytest.importorskip("pyarrow")
+    rec = data_dir / "im2rec_pack_pass" / "all.rec"
+    assert run("export", rec, tmp_path / "p", "--format", "parquet", "--shard-size", "60KB").exit_code == 0
+    shards = sorted((tmp_path / "p").glob("*.parquet"))
+    assert len(shards) > 1
+    shards[-1].unlink()
+    result = run("import", tmp_path / "p", tmp_path / "x.rec")
+    assert result.exit_code == 1 and result.stderr == f"Error: {shards[-1]}: no such file: {tmp_path / 'p' / 'im2rec.json'} lists it (a shard lost in the copy?)\n"
