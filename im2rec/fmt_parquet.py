@@ -151,6 +151,7 @@ class Writer:
             return
         self._writer.close()
         self._writer = None
+        self._file_bytes = 0  # the next file starts empty (a stale count cut one-row files between full ones)
         self.on_shard(self._path)
 
     def _room(self, size: int) -> None:

@@ -607,3 +607,16 @@ def test_a_parquet_shard_its_im2rec_json_lists_but_that_is_missing(data_dir, tmp
     shards[-1].unlink()
     result = run("import", tmp_path / "p", tmp_path / "x.rec")
     assert result.exit_code == 1 and result.stderr == f"Error: {shards[-1]}: no such file: {tmp_path / 'p' / 'im2rec.json'} lists it (a shard lost in the copy?)\n"
+
+
+def test_parquet_shards_are_of_the_size_asked(real_size_folders, tmp_path):
+    """The trial saw [228, 1, 229, 2, ...] rows per file: a one-row file after each full one."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    folder = real_size_folders["imagenet"]
+    assert run("list", folder, tmp_path / "t").exit_code == 0
+    assert run("pack", tmp_path / "t.lst", folder, "-q").exit_code == 0
+    assert run("export", tmp_path / "t.rec", tmp_path / "p", "--format", "parquet", "--shard-size", "300KB").exit_code == 0
+    rows = [pq.ParquetFile(p).metadata.num_rows for p in sorted((tmp_path / "p").glob("*.parquet"))]
+    assert sum(rows) == 20 and len(rows) > 2 and min(rows[:-1]) >= 2, rows
+    sizes = [p.stat().st_size for p in sorted((tmp_path / "p").glob("*.parquet"))]
+    assert max(sizes[:-1]) < 300_000 * 1.3 and min(sizes[:-1]) > 300_000 * 0.5, sizes
