@@ -876,6 +876,8 @@ def index_command(recs, idx_path, combined_path, keys, overwrite, quiet, storage
         raise click.UsageError(f"{len(recs)} files given: index one REC at a time, or all of them as one with --combined OUT.idx")
     rec = recs[0]
     result = inspection.rebuild_index(rec, idx_path, keys=keys, overwrite=overwrite, storage_options=_options(storage_options))
+    for warning in result.warnings:
+        click.echo(f"warning: {rec}: {warning}", err=True)
     _print_problems(rec, result.problems)
     if not quiet:
         click.echo(f"{result.idx}: {plural(result.entries, 'entry', 'entries')}")

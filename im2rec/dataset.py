@@ -30,8 +30,8 @@ import numpy as np
 
 from . import storage
 from .cache import BlockCache
-from .errors import HeaderError, Im2recError, StorageError, TruncatedRecordError
-from .image import opencv
+from .errors import HeaderError, Im2recError, ImageError, StorageError, TruncatedRecordError
+from .image import JPEG_DAMAGE, decode_said, opencv
 from .recordio import IRHEADER_SIZE, IRHEADER_STRUCT, IRHeader, RecordReader, idx_path_of, insightface_header, unpack
 
 __all__ = ["MODES", "RecordDataset", "idx_path_of", "insightface_header"]
@@ -450,11 +450,15 @@ class RecordDataset:
         if self.mode == "raw":
             image: Any = bytes(payload[start:])
         else:
+            said: list[str] = []
             image = None
             if len(payload) > start:
-                image = opencv().imdecode(np.frombuffer(payload, dtype=np.uint8, offset=start), _IMDECODE_FLAG[self.mode])
+                image, said = decode_said(memoryview(payload)[start:], _IMDECODE_FLAG[self.mode])
             if image is None:
-                raise Im2recError(f"{reader.path}: the image of the record at byte {offset} cannot be decoded")
+                raise ImageError("corrupt", f"{reader.path}: record {self.locate(i)[2]} (byte {offset}): the image cannot be decoded" + (f" ({said[0]})" if said else ""))
+            damage = [line for line in said if line.startswith(JPEG_DAMAGE)]
+            if damage:  # decoded all the same, grey where the data is lost: said, not silently
+                log.warning("%s: record %s (byte %d): %s: the image is damaged (`im2rec verify %s --decode` lists every such record)", reader.path, self.locate(i)[2], offset, damage[0], reader.path)
             if self.mode == "rgb" and image.ndim == 3:
                 opencv().cvtColor(image, _COLOR_BGR2RGB, dst=image)
             elif self.mode == "gray":

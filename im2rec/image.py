@@ -443,7 +443,7 @@ class _Stderr:
 _STDERR: dict[str, _Stderr] = {}
 
 
-def decode_said(data: bytes, flag: int) -> tuple[np.ndarray | None, list[str]]:
+def decode_said(data: bytes | memoryview, flag: int) -> tuple[np.ndarray | None, list[str]]:
     """``cv2.imdecode(data, flag)`` and the lines libjpeg and libpng printed meanwhile.
 
     OpenCV lets those libraries print to file descriptor 2 (a damaged JPEG is decoded with a

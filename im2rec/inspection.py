@@ -81,9 +81,20 @@ def record_entries(reader: RecordReader, problems: list[Problem]) -> Iterator[tu
         return
     for offset, _length, _next, error in reader.walk():
         if error is not None:
-            problems.append(Problem(offset, None, f"{_reason(error, reader.path)}; skipped to the next record at byte {_next}"))
+            problems.append(walk_problem(reader, offset, _next, error, "skipped to the next record at byte"))
         else:
             yield None, offset
+
+
+def walk_problem(reader: RecordReader, offset: int, nxt: int, error: RecordIOError, then: str = "the next record starts at byte") -> Problem:
+    """Damage a walk met, in words; the end of a file cut short inside its last record said as such."""
+    if isinstance(error, TruncatedRecordError) and nxt >= reader.size:
+        return Problem(
+            offset, None,
+            f"the file ends {reader.size - offset:,} bytes into this record: it was cut short (a partial download?); the records before it "
+            f"are whole, and `truncate -s {offset} {reader.path}` drops the partial one",
+        )
+    return Problem(offset, None, f"{_reason(error, reader.path)}; " + (f"{then} {nxt}" if nxt < reader.size else "the file ends there"))
 
 
 def _reason(error: Exception | str, path: str) -> str:
@@ -318,7 +329,7 @@ def verify_rec(rec: str, decode_images: bool = False, storage_options: dict | No
     parts: list[int] = []  # every part header, for the stray-head check
     for offset, length, nxt, error in reader.walk():
         if error is not None:
-            problems.append(Problem(offset, None, f"{_reason(error, rec)}; the next record starts at byte {nxt}"))
+            problems.append(walk_problem(reader, offset, nxt, error))
             if isinstance(error, TruncatedRecordError):
                 parts.append(offset)  # a real head whose record the end of the file cuts
             continue
@@ -348,7 +359,7 @@ def verify_rec(rec: str, decode_images: bool = False, storage_options: dict | No
             keep, cut = reader.cut_of(index)
             if cut is not None:  # one problem for what is lost, not one per record (nor the walk's for the last)
                 lost_from = int(index.offsets[~keep].min())
-                problems[:] = [p for p in problems if not (p.offset is not None and p.offset >= lost_from and "truncated record" in p.message)]
+                problems[:] = [p for p in problems if not (p.offset is not None and p.offset >= lost_from and ("truncated record" in p.message or "cut short" in p.message))]
                 problems.append(Problem(None, None, _reason(cut.message(), rec)))
                 index = index.subset(keep)
             keys_at = _check_index(index, heads_arr, problems)
@@ -510,6 +521,7 @@ class IndexResult:
     idx: str
     entries: int = 0
     problems: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)  # a cut file's partial last record, left out
 
 
 def rebuild_index(rec: str, idx: str | None = None, keys: str = "id", overwrite: bool = False, storage_options: dict | None = None) -> IndexResult:
@@ -533,7 +545,7 @@ def rebuild_index(rec: str, idx: str | None = None, keys: str = "id", overwrite:
     result = IndexResult(idx)
     reader, _ = open_rec(rec, with_idx=False, storage_options=storage_options)
     with reader:
-        entries = _scan_entries(reader, keys, result.problems)
+        entries = _scan_entries(reader, keys, result.problems, warnings=result.warnings)
     _write_index(idx, entries, storage_options)
     result.entries = len(entries)
     return result
@@ -546,12 +558,15 @@ def _check_index_args(idx: str, keys: str, overwrite: bool, storage_options: dic
         raise OutputExistsError(idx)
 
 
-def _scan_entries(reader: RecordReader, keys: str, problems: list[Problem], first_key: int = 0) -> list[tuple[Any, int]]:
-    """(key, offset) of every record found by a sequential scan; damage is skipped and reported."""
+def _scan_entries(reader: RecordReader, keys: str, problems: list[Problem], first_key: int = 0, warnings: list[Problem] | None = None) -> list[tuple[Any, int]]:
+    """(key, offset) of every record found by a sequential scan; damage is skipped and reported
+    (the partial record a cut file ends in to ``warnings``, when given: what an index of what is
+    there leaves out by design)."""
     entries: list[tuple[Any, int]] = []
     for offset, _length, nxt, error in reader.walk():
         if error is not None:
-            problems.append(Problem(offset, None, f"{_reason(error, reader.path)}; skipped to the next record at byte {nxt}"))
+            problem = walk_problem(reader, offset, nxt, error, "skipped to the next record at byte")
+            (warnings if warnings is not None and "cut short" in problem.message else problems).append(problem)
             continue
         if keys == "counter":
             key: Any = first_key + len(entries)

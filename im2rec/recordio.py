@@ -864,7 +864,7 @@ class Cut(NamedTuple):
 
     def message(self) -> str:
         n = len(self.keys)
-        which = f"key {self.keys[0]}" if n == 1 else f"keys {self.keys[0]} to {self.keys[-1]}, in file order"
+        which = f"key {self.keys[0]}" if n == 1 else f"in file order the first is key {self.keys[0]}, the last key {self.keys[-1]}"
         return (
             f"{self.rec}: the file ends at byte {self.size:,}: it was cut (a partial download?): {n:,} record{'s' * (n != 1)} "
             f"of its .idx ({which}) {'are' if n != 1 else 'is'} not in it; `im2rec index {self.rec} --overwrite` rebuilds the .idx from what is there"

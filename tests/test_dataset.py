@@ -182,3 +182,28 @@ def test_image_decodes_like_cv2(packed):
     r = recordio.MXIndexedRecordIO(str(rec)[:-4] + ".idx", rec, "r")
     _, img = recordio.unpack_img(r.read_idx(r.keys[2]), cv2.IMREAD_COLOR)
     assert np.array_equal(RecordDataset(rec, mode="bgr")[2][0], img)
+
+
+def test_a_damaged_jpeg_is_read_with_a_warning_naming_it(real_size_folders, tmp_path, caplog):
+    """libjpeg decodes it partly grey and prints to stderr: the dataset says which record it is."""
+    import logging
+
+    from im2rec import recordio
+
+    jpeg = sorted(real_size_folders["imagenet"].rglob("*.jpg"))[0].read_bytes()
+    zeros = bytearray(jpeg)
+    zeros[len(zeros) // 2 : len(zeros) // 2 + 2000] = b"\0" * 2000
+    with recordio.RecordWriter(tmp_path / "d.rec", tmp_path / "d.idx") as w:
+        w.write_idx(0, recordio.pack(recordio.IRHeader(0, 1.0, 0, 0), jpeg))
+        w.write_idx(7, recordio.pack(recordio.IRHeader(0, 1.0, 7, 0), bytes(zeros)))
+        w.write_idx(9, recordio.pack(recordio.IRHeader(0, 1.0, 9, 0), b"\x89PNG\r\n\x1a\n" + b"\0" * 40))
+    offset = recordio.read_index(tmp_path / "d.idx").offset(7)
+    ds = RecordDataset(tmp_path / "d.rec")
+    with caplog.at_level(logging.WARNING, logger="im2rec.dataset"):
+        assert ds[0][0].shape[2] == 3 and not caplog.records
+        assert ds[1][0].shape == ds[0][0].shape  # read, all the same
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{tmp_path / 'd.rec'}: record 7 (byte {offset}): Corrupt JPEG data: premature end of data segment: the image is damaged (`im2rec verify {tmp_path / 'd.rec'} --decode` lists every such record)"
+    ]
+    with pytest.raises(Im2recError, match=r"d\.rec: record 9 \(byte \d+\): the image cannot be decoded"):
+        ds[2]

@@ -1,6 +1,7 @@
 """inspect, verify, extract and index, on good and deliberately damaged files."""
 
 import json
+import os
 import shutil
 import struct
 
@@ -381,7 +382,7 @@ def cut_rec(real_size_folders, tmp_path):
 def test_a_cut_rec_gives_up_only_what_is_lost(cut_rec, tmp_path):
     rec, whole, keys = cut_rec
     assert len(keys) == whole
-    lost = f"{rec}: the file ends at byte {rec.stat().st_size:,}: it was cut (a partial download?): 9 records of its .idx (keys "
+    lost = f"{rec}: the file ends at byte {rec.stat().st_size:,}: it was cut (a partial download?): 9 records of its .idx (in file order the first is key "
     mend = f"`im2rec index {rec} --overwrite` rebuilds the .idx from what is there\n"
 
     result = run("inspect", rec)
@@ -411,5 +412,11 @@ def test_a_cut_rec_gives_up_only_what_is_lost(cut_rec, tmp_path):
         assert sorted(int(i) for b in it for i in b.index[: 4 - b.pad]) == keys
 
     result = run("index", rec, "--overwrite")  # the mend: then the records that are there read plainly
-    assert result.exit_code == 1 and "truncated record" in result.stderr  # the cut tail, said once
+    assert result.exit_code == 0 and result.stderr.startswith(f"warning: {rec}: byte ") and result.stderr.count("\n") == 1
+    assert "it was cut short (a partial download?); the records before it are whole, and `truncate -s " in result.stderr
     assert run("inspect", rec).stderr == "" and len(RecordDataset(rec)) == 11
+    result = run("verify", rec)  # the partial record is still at the end (dmlc's sequential reader would stop on it)
+    assert result.exit_code == 1 and "`truncate -s " in result.stderr
+    cut_at = int(result.stderr.split("`truncate -s ", 1)[1].split(" ", 1)[0])
+    os.truncate(rec, cut_at)  # as the message says
+    assert run("verify", rec).exit_code == 0
