@@ -361,6 +361,8 @@ def shard_files(src: str, ext: str, storage_options: Mapping[str, Any] | None = 
         raise Im2recError(f"{src}: no such folder or {ext} file")
     files = [in_folder(src, n) for n in sorted(names) if n.endswith(ext)]
     if not files:
+        if storage.is_url(src):
+            storage.check_bucket(src, storage_options)  # a missing bucket says so
         raise Im2recError(f"{src}: no {ext} file there")
     return files
 

@@ -21,6 +21,7 @@ import click
 from . import __version__, exchange, faces, image, inspection, listing, packing, recordio, shards, storage, verification
 from .console import warnings_on_stderr
 from .errors import Im2recError, OptionError, TooManyFailures
+from .text import plural
 
 
 def translate_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -57,10 +58,6 @@ def _usage_errors() -> Iterator[None]:
         if e.option:
             raise click.BadParameter(str(e), param_hint=f"'{e.option}'") from None
         raise click.UsageError(str(e)) from None
-
-
-def plural(n: int, one: str, many: str = "") -> str:
-    return f"{n:,} {one if n == 1 else (many or one + 's')}"
 
 
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")

@@ -37,6 +37,7 @@ from .fsutil import atomic_open, make_parents, start_writeback
 from .inspection import Problem
 from .packing import Checked, PackOptions, PackSummary, Progress, Task, pack_source
 from .recordio import IRHEADER_SIZE, RecordReader, idx_path_of, insightface_header, read_headers, unpack
+from .text import plural
 
 __all__ = ["DEFAULT_SHARD_SIZE", "ExportProgress", "ExportSummary", "SampleSource", "export_rec", "import_samples", "reader_for"]
 
@@ -104,9 +105,9 @@ class ExportSummary:
     def line(self) -> str:
         rate = self.samples / self.seconds if self.seconds else 0.0
         face = f" (insightface set: images only, {self.skipped:,} header and identity records left out)" if self.layout == "insightface" else ""
-        damaged = f"; {len(self.problems):,} damaged record{'s' if len(self.problems) != 1 else ''} left out" if self.problems else ""
+        damaged = f"; {plural(len(self.problems), 'damaged record')} left out" if self.problems else ""
         return (
-            f"exported {self.samples:,} records{face} to {self.out} as {self.format}: {len(self.shards):,} shard{'s' if len(self.shards) != 1 else ''}, "
+            f"exported {plural(self.samples, 'record')}{face} to {self.out} as {self.format}: {plural(len(self.shards), 'shard')}, "
             f"{self.bytes / 1e6:,.1f} MB of images in {self.seconds:.1f} s ({rate:,.0f} records/s){damaged}"
         )
 

@@ -282,8 +282,9 @@ def nested_at(raw: bytes, pos: int) -> tuple[Any, int]:
 class Chunk:
     """One chunk's bytes, its items found: ``items`` (raw item bytes), or ``rows`` from an Arrow footer."""
 
-    def __init__(self, file: str, data: bytes, expected: int, level: str, compression: str | None):
+    def __init__(self, file: str, data: bytes, expected: int, level: str, compression: str | None, where: str | None = None):
         self.file = file
+        self.where = where or file  # its path or URL, for messages
         self.rows: list[dict[str, Any]] | None = None
         self.items: list[memoryview] = []
         if data.startswith(FRAMED_MAGIC):
@@ -293,10 +294,10 @@ class Chunk:
             if self.items and all(len(item) == 0 for item in self.items) and data.endswith(ARROW_FOOTER_MAGIC):
                 self.rows = self.arrow(data)
             elif level == "sample":
-                self.items = [memoryview(decompress_zstd(item, f"{file} item {i}", compression or "zstd")) for i, item in enumerate(self.items)]
+                self.items = [memoryview(decompress_zstd(item, f"{self.where} item {i}", compression or "zstd")) for i, item in enumerate(self.items)]
         found = len(self.rows) if self.rows is not None else len(self.items)
         if found != expected:
-            raise Im2recError(f"{file}: holds {found} items, {INDEX_NAME} says {expected}")
+            raise Im2recError(f"{self.where}: holds {found} items, {INDEX_NAME} says {expected}")
 
     def __len__(self) -> int:
         return len(self.rows) if self.rows is not None else len(self.items)
@@ -304,11 +305,11 @@ class Chunk:
     def classic(self, data: bytes) -> list[memoryview]:
         size = len(data)
         if size < 4:
-            raise Im2recError(f"{self.file}: {size} bytes: too short for a chunk header")
+            raise Im2recError(f"{self.where}: {size} bytes: too short for a chunk header")
         (n,) = U32.unpack_from(data, 0)
         head = 4 + 4 * (n + 1)
         if head > size:
-            raise Im2recError(f"{self.file}: the offsets of {n} items end at byte {head}, beyond the file's {size} bytes")
+            raise Im2recError(f"{self.where}: the offsets of {n} items end at byte {head}, beyond the file's {size} bytes")
         return self.slices(data, np.frombuffer(data, "<u4", n + 1, 4).astype(np.int64), head, 4)
 
     def slices(self, data: bytes, offsets: np.ndarray, low: int, table: int) -> list[memoryview]:
@@ -317,29 +318,29 @@ class Chunk:
         for i in range(len(offsets) - 1):
             start, end = int(offsets[i]), int(offsets[i + 1])
             if not low <= start <= end <= size:
-                raise Im2recError(f"{self.file}: item {i} at bytes {start}-{end} (offset table at byte {table + 4 * i}) lies beyond the {size} bytes of its data or overlaps the header")
+                raise Im2recError(f"{self.where}: item {i} at bytes {start}-{end} (offset table at byte {table + 4 * i}) lies beyond the {size} bytes of its data or overlaps the header")
             items.append(view[start:end])
         return items
 
     def framed(self, data: bytes, compression: str) -> list[memoryview]:
         size = len(data)
         if size < FRAMED_PREFIX.size:
-            raise Im2recError(f"{self.file}: {size} bytes: too short for a framed zstd header")
+            raise Im2recError(f"{self.where}: {size} bytes: too short for a framed zstd header")
         _magic, version, _flags, n, _rows, n_frames = FRAMED_PREFIX.unpack_from(data, 0)
         if version != 1:
-            raise Im2recError(f"{self.file}: framed zstd version {version}: only version 1 is known")
+            raise Im2recError(f"{self.where}: framed zstd version {version}: only version 1 is known")
         table = FRAMED_PREFIX.size + 4 * (n + 1)
         if table + FRAMED_FRAME.size * n_frames > size:
-            raise Im2recError(f"{self.file}: the frame table ends at byte {table + FRAMED_FRAME.size * n_frames}, beyond the file's {size} bytes")
+            raise Im2recError(f"{self.where}: the frame table ends at byte {table + FRAMED_FRAME.size * n_frames}, beyond the file's {size} bytes")
         offsets = np.frombuffer(data, "<u4", n + 1, FRAMED_PREFIX.size).astype(np.int64)
         parts = []
         for i in range(n_frames):
             _first, _count, at, length, raw_length = FRAMED_FRAME.unpack_from(data, table + FRAMED_FRAME.size * i)
             if at + length > size:
-                raise Im2recError(f"{self.file}: zstd frame {i} at bytes {at}-{at + length} lies beyond the file's {size} bytes")
-            part = decompress_zstd(memoryview(data)[at : at + length], f"{self.file} frame {i}", compression)
+                raise Im2recError(f"{self.where}: zstd frame {i} at bytes {at}-{at + length} lies beyond the file's {size} bytes")
+            part = decompress_zstd(memoryview(data)[at : at + length], f"{self.where} frame {i}", compression)
             if len(part) != raw_length:
-                raise Im2recError(f"{self.file}: zstd frame {i} at byte {at} gives {len(part)} bytes, its table says {raw_length}")
+                raise Im2recError(f"{self.where}: zstd frame {i} at byte {at} gives {len(part)} bytes, its table says {raw_length}")
             parts.append(part)
         return self.slices(b"".join(parts), offsets, 0, FRAMED_PREFIX.size)
 
@@ -347,11 +348,11 @@ class Chunk:
         (length,) = U32.unpack_from(data, len(data) - 12)
         start = len(data) - 12 - length
         if start < 0:
-            raise Im2recError(f"{self.file}: its Arrow footer of {length} bytes would start before the file")
+            raise Im2recError(f"{self.where}: its Arrow footer of {length} bytes would start before the file")
         try:
             pa = importlib.import_module("pyarrow")
         except ImportError:
-            raise Im2recError(f"{self.file}: its rows are stored as Arrow (litdata had pyarrow): reading them needs pyarrow: pip install pyarrow") from None
+            raise Im2recError(f"{self.where}: its rows are stored as Arrow (litdata had pyarrow): reading them needs pyarrow: pip install pyarrow") from None
         ipc = pa.py_buffer(memoryview(data)[start : start + length])
         reader = pa.ipc.open_file(ipc) if bytes(data[start : start + 6]) == b"ARROW1" else pa.ipc.open_stream(ipc)
         rows: list[dict[str, Any]] = reader.read_all().to_pylist()
@@ -411,8 +412,8 @@ class Reader(FolderSource):
         file = str(chunk["filename"])
         data = self.read(file)
         if self.compression and self.level == "chunk":
-            data = decompress_zstd(data, file, self.compression)
-        return Chunk(file, data, int(chunk["chunk_size"]), self.level, self.compression)
+            data = decompress_zstd(data, self.path(file), self.compression)
+        return Chunk(file, data, int(chunk["chunk_size"]), self.level, self.compression, self.path(file))
 
     def getter(self, chunk: Chunk, i: int) -> Callable[[str], Any]:
         """``get(name)``: the value of leaf ``name`` of item ``i``, decoded when asked for."""
@@ -422,11 +423,11 @@ class Reader(FolderSource):
         item = chunk.items[i]
         n = len(self.formats)
         if len(item) < 4 * n:
-            raise Im2recError(f"{chunk.file}: item {i} of {len(item)} bytes is too short for the sizes of its {n} leaves")
+            raise Im2recError(f"{chunk.where}: item {i} of {len(item)} bytes is too short for the sizes of its {n} leaves")
         sizes = struct.unpack_from(f"<{n}I", item, 0)
         starts = np.cumsum((4 * n,) + sizes).tolist()
         if starts[-1] > len(item):
-            raise Im2recError(f"{chunk.file}: item {i}: its leaves end at byte {starts[-1]} of the item, beyond its {len(item)} bytes")
+            raise Im2recError(f"{chunk.where}: item {i}: its leaves end at byte {starts[-1]} of the item, beyond its {len(item)} bytes")
         where = dict(zip(self.names, zip(self.formats, starts, starts[1:])))
 
         def get(name: str) -> Any:

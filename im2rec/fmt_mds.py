@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from .bridges import DatasetMeta, FolderSource, Sample, build_sample, decompress_zstd, pick_roles, png_from_pil_raw, read_meta
+from .bridges import DatasetMeta, FolderSource, Sample, build_sample, decompress_zstd, in_folder, pick_roles, png_from_pil_raw, read_meta
 from .errors import Im2recError
 
 __all__ = [
@@ -181,21 +181,22 @@ class Writer:
 class Shard:
     """One shard's entry of ``index.json``, and how to decode its columns."""
 
-    def __init__(self, entry: Mapping[str, Any]):
+    def __init__(self, entry: Mapping[str, Any], folder: str = ""):
         self.entry = entry
         raw = entry.get("raw_data") or {}
         zipped = entry.get("zip_data") or None
         self.basename: str = str(raw.get("basename", ""))
         self.file: str = str(zipped["basename"]) if zipped else self.basename
+        self.where = in_folder(folder, self.file) if folder else self.file  # its path or URL, for messages
         self.samples = int(entry.get("samples", 0))
         self.compression: str | None = entry.get("compression") or None
         self.names: list[str] = list(entry.get("column_names", []))
         self.encodings: list[str] = list(entry.get("column_encodings", []))
         self.sizes: list[int | None] = list(entry.get("column_sizes", [None] * len(self.names)))
         if entry.get("format", "mds") != "mds":
-            raise Im2recError(f"{self.file}: format {entry.get('format')!r}: only MDS shards can be read (not streaming's json, csv or tsv)")
+            raise Im2recError(f"{self.where}: format {entry.get('format')!r}: only MDS shards can be read (not streaming's json, csv or tsv)")
         if not (len(self.names) == len(self.encodings) == len(self.sizes)):
-            raise Im2recError(f"{INDEX_NAME}: {self.basename}: column_names, column_encodings and column_sizes differ in length")
+            raise Im2recError(f"{in_folder(folder, INDEX_NAME) if folder else INDEX_NAME}: {self.basename}: column_names, column_encodings and column_sizes differ in length")
 
     def kinds(self) -> dict[str, str]:
         return {n: e.split(":", 1)[0] for n, e in zip(self.names, self.encodings)}
@@ -208,18 +209,18 @@ class Shard:
         """
         size = len(data)
         if size < 4:
-            raise Im2recError(f"{self.file}: {size} bytes: too short for an MDS shard header")
+            raise Im2recError(f"{self.where}: {size} bytes: too short for an MDS shard header")
         (n,) = U32.unpack_from(data, 0)
         if n != self.samples:
-            raise Im2recError(f"{self.file}: holds {n} samples, {INDEX_NAME} says {self.samples}")
+            raise Im2recError(f"{self.where}: holds {n} samples, {INDEX_NAME} says {self.samples}")
         head = 4 + 4 * (n + 1)
         if head > size:
-            raise Im2recError(f"{self.file}: the offsets of {n} samples end at byte {head}, beyond the file's {size} bytes")
+            raise Im2recError(f"{self.where}: the offsets of {n} samples end at byte {head}, beyond the file's {size} bytes")
         offsets = np.frombuffer(data, "<u4", n + 1, 4).astype(np.int64)
         for i in range(n):
             start, end = int(offsets[i]), int(offsets[i + 1])
             if not head <= start <= end <= size:
-                raise Im2recError(f"{self.file}: sample {i} at bytes {start}-{end} (offset table at byte {4 + 4 * i}) lies beyond the file's {size} bytes or overlaps the header")
+                raise Im2recError(f"{self.where}: sample {i} at bytes {start}-{end} (offset table at byte {4 + 4 * i}) lies beyond the file's {size} bytes or overlaps the header")
             yield start, end
 
     def columns(self, data: bytes, start: int, end: int) -> dict[str, memoryview]:
@@ -236,13 +237,13 @@ class Shard:
                 sizes.append(int(fixed))
             else:
                 if pos + 4 > end:
-                    raise Im2recError(f"{self.file}: the sample at byte {start} is too short for its column sizes")
+                    raise Im2recError(f"{self.where}: the sample at byte {start} is too short for its column sizes")
                 sizes.append(U32.unpack_from(data, pos)[0])
                 pos += 4
         out: dict[str, memoryview] = {}
         for name, size in zip(self.names, sizes):
             if pos + size > end:
-                raise Im2recError(f"{self.file}: column {name!r} of the sample at byte {start} ends at byte {pos + size}, beyond the sample's end at byte {end}")
+                raise Im2recError(f"{self.where}: column {name!r} of the sample at byte {start} ends at byte {pos + size}, beyond the sample's end at byte {end}")
             out[name] = view[pos : pos + size]
             pos += size
         return out
@@ -338,7 +339,7 @@ class Reader(FolderSource):
             raise Im2recError(f"{self.path(INDEX_NAME)}: not an MDS index (no 'shards' list)")
         if index.get("version", 2) != 2:
             raise Im2recError(f"{self.path(INDEX_NAME)}: version {index.get('version')}: only version 2 is known")
-        self.shards = [Shard(entry) for entry in index["shards"]]
+        self.shards = [Shard(entry, self.src) for entry in index["shards"]]
         self.meta: DatasetMeta | None = read_meta(self.src, storage_options)
 
     def count(self) -> int:
@@ -350,8 +351,8 @@ class Reader(FolderSource):
         data = self.read(shard.file)
         if shard.compression:
             if not shard.compression.split(":")[0] == "zstd":
-                raise Im2recError(f"{shard.file}: compressed with {shard.compression}: only zstd is supported")
-            data = decompress_zstd(data, shard.file, shard.compression)
+                raise Im2recError(f"{shard.where}: compressed with {shard.compression}: only zstd is supported")
+            data = decompress_zstd(data, shard.where, shard.compression)
         return data
 
     def class_names(self) -> list[str] | None:

@@ -308,8 +308,12 @@ def _describe_start(data: bytes) -> str:
     return f"it starts with bytes {head[:8].hex(' ')}"
 
 
+#: A PNG's last chunk: IEND, empty, with its (fixed) CRC.
+PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"
+
+
 def _check_header(data: bytes, max_pixels: int) -> tuple[str, int, int] | None:
-    """Checks common to every mode: empty, known format, complete JPEG, pixel count."""
+    """Checks common to every mode: empty, known format, complete JPEG and PNG, pixel count."""
     if not data:
         raise ImageError("empty", "the file is empty (0 bytes)")
     header = _header(data)
@@ -322,11 +326,13 @@ def _check_header(data: bytes, max_pixels: int) -> tuple[str, int, int] | None:
         )
     if fmt == "JPEG" and data.rfind(b"\xff\xd9") < sos:
         raise ImageError("corrupt", f"truncated JPEG: no end-of-image marker after byte {sos} ({len(data):,} bytes)")
+    if fmt == "PNG" and data.rfind(PNG_END) < 0:
+        raise ImageError("corrupt", f"truncated PNG: no IEND chunk ({len(data):,} bytes)")
     return fmt, w, h
 
 
 def check_passthrough(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> None:
-    """The checks made on a file stored as-is: not empty, a known image format, not truncated (JPEG), not too large.
+    """The checks made on a file stored as-is: not empty, a known image format, not truncated (JPEG, PNG), not too large.
 
     Raises:
         ImageError: the file is not an image that can be stored.

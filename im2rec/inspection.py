@@ -37,6 +37,7 @@ from .recordio import (
     unpack,
     write_index,
 )
+from .text import plural
 
 __all__ = ["Problem", "combined_index", "extract_rec", "inspect_rec", "rebuild_index", "verify_rec"]
 
@@ -160,13 +161,13 @@ class InspectReport:
         """The report for humans, in order, as ``(line, for stderr)``: warnings and damaged
         records go to stderr (at most ``limit`` of each), the summary to stdout."""
         rec, labels = self.path, self.labels
-        out = [(f"{rec}: {self.records:,} records, {self.file_bytes / 1e6:,.1f} MB" + (f", index {self.idx}" if self.idx else ", no .idx"), False)]
+        out = [(f"{rec}: {plural(self.records, 'record')}, {self.file_bytes / 1e6:,.1f} MB" + (f", index {self.idx}" if self.idx else ", no .idx"), False)]
         face = self.insightface
         if face:
-            out.append((f"  insightface: {face['images']:,} images, {face['identities']:,} identities (header {face['header']})", False))
+            out.append((f"  insightface: {plural(face['images'], 'image')}, {plural(face['identities'], 'identity', 'identities')} (header {face['header']})", False))
         if labels.get("classes"):
             lo, hi = labels["per_class_min_max"]
-            out.append((f"  labels: {labels['classes']:,} classes over {labels['scalar_records']:,} records ({lo:,} to {hi:,} per class)", False))
+            out.append((f"  labels: {plural(labels['classes'], 'class', 'classes')} over {plural(labels['scalar_records'], 'record')} ({lo:,} to {hi:,} per class)", False))
         if labels.get("widths"):
             widths = ", ".join(f"{n:,} with {w}" for w, n in labels["widths"].items())
             out.append((f"  multi-label records: {widths} labels", False))

@@ -23,6 +23,7 @@ from . import storage
 from .errors import ListingError, OptionError
 from .fsutil import commit, make_parents, remove_quietly, temp_path
 from .lst import ListEntry, unstorable_reason, write_lst
+from .text import plural
 
 __all__ = ["ListOptions", "ListResult", "Scan", "Skipped", "list_names", "make_lists", "normalize_exts", "scan_images", "skipped_exts_line"]
 
@@ -121,7 +122,7 @@ def skipped_exts_line(other_exts: Counter, exts: Sequence[str], shown: int = 8) 
     if len(ranked) > shown:
         counts += f", {len(ranked) - shown} more extensions"
     total = sum(other_exts.values())
-    line = f"skipped {total:,} file{'s' if total != 1 else ''}: {counts}"
+    line = f"skipped {plural(total, 'file')}: {counts}"
     images = [ext for ext, _ in ranked if ext in DECODABLE_EXTS]
     if images:
         names = list(dict.fromkeys(DECODABLE_EXTS[e] for e in images))

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from typing import IO, NamedTuple, Union
 
 from .errors import ListFormatError
+from .text import plural
 
 __all__ = ["ListEntry", "format_entry", "parse_line", "read_lst", "unstorable_reason", "write_lst"]
 
@@ -117,7 +118,7 @@ def parse_fields(line: str) -> ListEntry:
     """``parse_line`` without the file and line number: LineError says only what is wrong."""
     fields = line.split("\t")
     if len(fields) < 3:
-        raise LineError(f"{EXPECTED}, got {len(fields)} field{'s' if len(fields) != 1 else ''}")
+        raise LineError(f"{EXPECTED}, got {plural(len(fields), 'field')}")
     raw_index, path = fields[0].strip(), fields[-1]
     if not (raw_index.isascii() and raw_index.isdigit()):
         raise LineError(f"index {fields[0]!r} is not a non-negative integer")

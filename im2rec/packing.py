@@ -50,13 +50,14 @@ from typing import NamedTuple, Protocol
 import numpy as np
 
 from . import __version__, faces, recordio, storage
-from .errors import ImageError, ListFormatError, OptionError, OutputExistsError, PackError, TooManyFailures
+from .errors import Im2recError, ImageError, ListFormatError, OptionError, OutputExistsError, PackError, TooManyFailures
 from .fsutil import atomic_open, commit, make_parents, remove_quietly
 from .image import ImageOptions, format_color, init_worker, transform_image
 from .lst import format_label, iter_lst
 from .outputs import FailureList, Outputs, PackFiles, RecordSink, kind_of, make_output_folder, partial, refuse_existing
 from .pool import OrderedPool
 from .shards import ShardedWriter, existing_shard_outputs, layout_path, manifest_path, part_path
+from .text import plural
 
 __all__ = [
     "Checked",
@@ -719,12 +720,14 @@ def _run(source: Source, checked: Checked, dest: _Destination, opts: PackOptions
         resuming = PackFiles.claim(out, checked.fingerprint, opts.overwrite, opts.resume)
         sink = files = PackFiles(out, dest.stream_to, opts.storage_options)
     failures = FailureList(out.failed)
+    started = False
     try:
         if opts.shard_size:
             failures.start()
             first = checked.start
         else:
             first = _open_files(files, resuming, failures, source, checked, summary)
+        started = True
         with _encoder(opts) as encode:  # before the bar: tqdm's monitor thread would rule out fork
             progress.start(summary.images, first - checked.start)
             _write(encode(source.tasks(first, checked.stop, summary)), sink, failures, summary, opts, progress)
@@ -740,6 +743,9 @@ def _run(source: Source, checked: Checked, dest: _Destination, opts: PackOptions
         if isinstance(e, OSError):
             hint = "" if opts.shard_size else "; the partial output is kept: rerun with --resume once this is fixed (or --overwrite to start again)"
             raise PackError(f"{e.filename or partial(out.rec)}: {e.strerror or e}{hint}") from None
+        if started and not opts.shard_size and isinstance(e, Im2recError) and not isinstance(e, TooManyFailures):
+            # the source failed midway (a damaged shard): what came before it is not lost
+            e.args = (f"{e}; what was packed before it is kept in {partial(out.rec)} ({summary.packed:,} packed): rerun with --resume once this is fixed (or --overwrite to start again)",)
         raise
     if opts.shard_size:
         summary.manifest = manifest_path(out.rec)
@@ -901,7 +907,7 @@ def _warn(summary: PackSummary) -> None:
 
 
 def _images(n: int) -> str:
-    return f"{n:,} image{'s' if n != 1 else ''}"
+    return plural(n, 'image')
 
 
 def transparency_clause(s: PackSummary, hint: str = ALPHA_HINT) -> str:

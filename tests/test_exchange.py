@@ -316,6 +316,27 @@ def test_an_interrupted_import_resumes_to_the_same_bytes(fmt, data_dir, tmp_path
     assert same_files(rec, out) and same_files(rec.with_suffix(".idx"), out.with_suffix(".idx"))
 
 
+def test_an_import_stopped_by_a_damaged_shard_keeps_what_came_before(data_dir, tmp_path):
+    """The second of two MDS shards cut short: the error names it and what is kept; once the
+    shard is whole again, --resume finishes with the bytes of an uninterrupted run."""
+    rec = data_dir / "insightface" / "plain.rec"
+    exchange.export_rec(str(rec), str(tmp_path / "e"), "mds", shard_size=1500)
+    shard = tmp_path / "e" / "shard.00001.mds"
+    whole = shard.read_bytes()
+    first = json.loads((tmp_path / "e" / "index.json").read_text())["shards"][0]["samples"]
+    shard.write_bytes(whole[: len(whole) - 10])
+    out = tmp_path / "out.rec"
+    result = run("import", tmp_path / "e", out)
+    assert result.exit_code == 1 and not out.exists(), result.output
+    assert result.output.startswith(f"Error: {shard}: sample ") and result.output.endswith(
+        f"; what was packed before it is kept in {out}.partial ({first} packed): rerun with --resume once this is fixed (or --overwrite to start again)\n"
+    ), result.output
+    shard.write_bytes(whole)
+    result = run("import", tmp_path / "e", out, "--resume")
+    assert result.exit_code == 0 and f"(resumed after {first})" in result.output, result.output
+    assert same_files(rec, out) and same_files(rec.with_suffix(".idx"), out.with_suffix(".idx"))
+
+
 def test_errors_name_the_file_and_offset(data_dir, tmp_path):
     rec = data_dir / "im2rec_pack_pass" / "all.rec"
     assert run("export", rec, tmp_path / "w", "--format", "webdataset").exit_code == 0

@@ -116,6 +116,16 @@ def test_truncated_jpeg_is_refused_even_if_a_decoder_would_accept_it():
         assert e.value.kind == "corrupt"
 
 
+def test_truncated_png_is_refused_in_both_modes():
+    data = cv2.imencode(".png", detailed(64, 64))[1].tobytes()
+    for cut in (data[: len(data) // 2], data[:-1]):
+        for opts in (ImageOptions(), ImageOptions(pass_through=True)):
+            with pytest.raises(ImageError, match=rf"^truncated PNG: no IEND chunk \({len(cut):,} bytes\)$") as e:
+                transform(cut, opts)
+            assert e.value.kind == "corrupt"
+    transform(data + b"trailing bytes", ImageOptions(pass_through=True))  # after IEND: not our business
+
+
 def test_decompression_bomb_refused_from_the_header():
     data = jpeg(np.zeros((64, 64, 3), np.uint8))
     with pytest.raises(ImageError, match=r"JPEG of 64x64 = 4,096 pixels is above --max-pixels 4,000") as e:

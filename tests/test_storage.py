@@ -129,7 +129,7 @@ def test_storage_options_on_the_command_line(s3, monkeypatch):
     assert result.exit_code == 2 and "expected KEY=VALUE, got 'novalue'" in result.stderr
 
 
-def test_missing_objects_and_buckets_are_one_clear_error(s3):
+def test_missing_objects_and_buckets_are_one_clear_error(s3, tmp_path):
     result = run("verify", "s3://data/none.rec")
     assert result.exit_code == 1 and result.stderr == "Error: s3://data/none.rec: no such object\n"
     with pytest.raises(StorageError, match=r"s3://no-such-bucket/a.rec: no such object \(or its bucket does not exist\)"):
@@ -144,6 +144,13 @@ def test_missing_objects_and_buckets_are_one_clear_error(s3):
     assert str(e.value) == "s3://no-such-bucket/train.rec: the bucket no-such-bucket does not exist (or these credentials cannot see it)"
     result = run("verify", "s3://no-such-bucket/train.rec")
     assert result.exit_code == 1 and result.stderr == "Error: s3://no-such-bucket/train.rec: the bucket no-such-bucket does not exist (or these credentials cannot see it)\n"
+    # a folder of shards in a bucket that is not there: the bucket is named, in every format
+    for fmt in ("webdataset", "parquet", "mds", "litdata"):
+        result = run("import", "s3://no-such-bucket/shards/", str(tmp_path / f"{fmt}.rec"), "--format", fmt)
+        assert result.exit_code == 1 and result.stderr.startswith("Error: s3://no-such-bucket/shards"), (fmt, result.stderr)
+        assert result.stderr.endswith(": the bucket no-such-bucket does not exist (or these credentials cannot see it)\n"), (fmt, result.stderr)
+    result = run("import", "s3://data/no-shards-here/", str(tmp_path / "w.rec"), "--format", "webdataset")
+    assert result.exit_code == 1 and result.stderr == "Error: s3://data/no-shards-here/: no .tar file there\n", result.stderr
 
 
 def test_sequential_scans_read_large_blocks(s3, data_dir):

@@ -294,3 +294,6 @@ def test_readme_training_recipe_runs_as_copied(real_size_folders, tmp_path, monk
     with deadline(300, "the README's training block"):
         exec(compile(code[0].replace("batch_size=64", "batch_size=8"), "README.md", "exec"), scope)
     assert tuple(scope["images"].shape) == (8, 3, 224, 224) and scope["labels"].shape[0] == 8
+    import torch
+
+    assert scope["targets"].dtype == torch.int64 and torch.equal(scope["targets"].double(), scope["labels"].double())
