@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import pickletools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -93,6 +94,11 @@ def load_bin(path: str) -> tuple[list[bytes], list[bool]]:
     with open(path, "rb") as f:
         data = f.read()
     try:
+        # First walk the opcodes (pickletools checks each length against the bytes left): the
+        # C unpickler allocates what a length field says before it reads, so a damaged one of
+        # 2**31 would take gigabytes before the file is found short.
+        for _ in pickletools.genops(io.BytesIO(data)):
+            pass
         obj = _SafeUnpickler(io.BytesIO(data), path).load()
     except BinFormatError:
         raise

@@ -15,7 +15,7 @@ import tracemalloc
 import pytest
 from click.testing import CliRunner
 from conftest import DATA, deadline
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from im2rec.cli import main
@@ -139,6 +139,7 @@ FACES = DATA / "insightface"
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(which=st.sampled_from(["py3.bin", "py2.bin", "ndarray.bin", "property", "train.idx"]), how=DAMAGE)
+@example(which="py3.bin", how=("flip", 0.0, 22, 2**31 - 1))  # PROTO became BYTEARRAY8: its length, 2.7 GB, was allocated
 def test_a_damaged_face_set_or_verification_set(tmp_path_factory, which, how):
     """insightface's files: a .bin (a restricted unpickler reads it), property, the .idx."""
     work = tmp_path_factory.mktemp("faces")
