@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from . import s3client
 from .errors import OutputExistsError, StorageError
 
 __all__ = [
@@ -125,14 +126,33 @@ def object_path(url: str) -> str:
 
 
 def _translate(url: str, e: BaseException) -> StorageError:
+    if isinstance(e, s3client.NoSuchObject) and e.code == "NoSuchBucket":
+        return StorageError(f"{url}: the bucket {s3client.split(url)[0]} does not exist (or these credentials cannot see it)")
+    if isinstance(e, s3client.NoSuchObject) and e.code == "NoSuchKey":
+        return StorageError(f"{url}: no such object")
     if isinstance(e, FileNotFoundError):
         return StorageError(f"{url}: no such object (or its bucket does not exist)")
     if isinstance(e, PermissionError):
-        return StorageError(f"{url}: access denied: {e}")
+        return StorageError(f"{url}: access denied: {e.said if isinstance(e, s3client.S3Error) else e}")
+    if isinstance(e, s3client.S3Error):
+        return StorageError(f"{url}: {e.said}")
     return StorageError(f"{url}: {type(e).__name__}: {e}")
 
 
 def exists(url: str, storage_options: Mapping[str, Any] | None = None) -> bool:
+    client = s3client.client_for(url, storage_options)
+    if client is not None:
+        bucket, key = s3client.split(url)
+        try:
+            if key and not key.endswith("/"):
+                with contextlib.suppress(FileNotFoundError):
+                    client.head(bucket, key)
+                    return True
+            return client.has_prefix(bucket, key.rstrip("/") + "/") if key else bool(client.request("HEAD", bucket))
+        except FileNotFoundError:
+            return False
+        except Exception as e:
+            raise _translate(url, e) from None
     fs, path = filesystem(url, storage_options)
     try:
         return bool(fs.exists(path))
@@ -147,6 +167,16 @@ def check_bucket(url: str, storage_options: Mapping[str, Any] | None = None) -> 
     Raises:
         StorageError: naming the bucket.
     """
+    client = s3client.client_for(url, storage_options)
+    if client is not None:
+        bucket = s3client.split(url)[0]
+        try:
+            client.request("HEAD", bucket)
+        except FileNotFoundError:
+            raise StorageError(f"{url}: the bucket {bucket} does not exist (or these credentials cannot see it)") from None
+        except Exception as e:
+            raise _translate(f"{url.split('://', 1)[0]}://{bucket}", e) from None
+        return
     fs, path = filesystem(url, storage_options)
     if getattr(fs, "root_marker", "") == "/" or "/" not in path.strip("/"):
         return  # a local-like store (file://, memory://): nothing to check
@@ -171,6 +201,12 @@ def read_bytes(url: str, storage_options: Mapping[str, Any] | None = None) -> by
     Raises:
         StorageError: the object is missing or cannot be read.
     """
+    client = s3client.client_for(url, storage_options)
+    if client is not None:
+        try:
+            return client.get(*s3client.split(url))
+        except Exception as e:
+            raise _translate(url, e) from None
     fs, path = filesystem(url, storage_options)
     try:
         return fs.cat_file(path)
@@ -184,6 +220,13 @@ def write_bytes(url: str, data: bytes, storage_options: Mapping[str, Any] | None
     Raises:
         StorageError: the object cannot be written.
     """
+    client = s3client.client_for(url, storage_options)
+    if client is not None:
+        try:
+            client.put(*s3client.split(url), data)
+            return
+        except Exception as e:
+            raise _translate(url, e) from None
     fs, path = filesystem(url, storage_options)
     try:
         fs.pipe_file(path, data)
@@ -273,6 +316,9 @@ class FetchStats:
 
 
 def _permanent(e: BaseException) -> bool:
+    """A failure that trying again will not mend: a missing object, a refusal, a request the store rejects."""
+    if isinstance(e, s3client.S3Error) and 400 <= e.status < 500 and e.status not in (408, 429):
+        return True
     return isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError))
 
 
@@ -348,12 +394,20 @@ def fetch_in_order(
         return fs, object_path(url)
 
     def fetch(urls: list[str]) -> list[bytes | StorageError]:
-        fs, _ = fs_for(urls[0])
-        paths = [object_path(u) for u in urls]
+        client = s3client.client_for(urls[0], storage_options)
+        attempt: Callable[[list[Any]], list[Any]]
+        if client is not None:
+            paths: list[Any] = [s3client.split(u) for u in urls]
 
-        def attempt(todo: list[str]) -> list[Any]:
-            got = fs.cat(todo, on_error="return") if len(todo) > 1 else {todo[0]: fs.cat_file(todo[0])}
-            return [got.get(p) for p in todo]
+            def attempt(todo: list[tuple[str, str]]) -> list[Any]:
+                return client.map(lambda where: client.get(*where), todo)
+        else:
+            fs, _ = fs_for(urls[0])
+            paths = [object_path(u) for u in urls]
+
+            def attempt(todo: list[str]) -> list[Any]:
+                got = fs.cat(todo, on_error="return") if len(todo) > 1 else {todo[0]: fs.cat_file(todo[0])}
+                return [got.get(p) for p in todo]
 
         def count(n: int) -> None:
             stats.retried += n
@@ -466,6 +520,10 @@ def upload_stream(src: Any, url: str, storage_options: Mapping[str, Any] | None 
             after the abort.
     """
 
+    client = s3client.client_for(url, storage_options)
+    if client is not None:
+        _upload_parts(client, src, url, block_size or PART)
+        return
     fs, path = filesystem(url, storage_options)
     try:
         if getattr(fs, "root_marker", "") == "/":  # file://, memory://: folders are real there
@@ -489,6 +547,67 @@ def upload_stream(src: Any, url: str, storage_options: Mapping[str, Any] | None 
         raise _translate(url, e) from None
 
 
+#: Bytes of the first 1,000 parts of a multipart upload; the next 1,000 are twice as large, and
+#: so on: S3 takes at most 10,000 parts of 5 MiB or more (but the last): 55,000 x 16 MiB, about
+#: 920 GB; a part in flight, read into memory, costs 16 MB for any .rec under 16 GB.
+PART = 16 << 20
+#: Parts of one upload sent at once (each held in memory while it is sent).
+PARTS_IN_FLIGHT = 2
+
+
+def part_size(number: int, first: int = PART) -> int:
+    """The size of part ``number`` (from 1) of an upload whose first parts are ``first`` bytes: see ``PART``."""
+    return first * (1 + (number - 1) // 1000)
+
+
+def _upload_parts(client: s3client.S3Client, src: Any, url: str, first: int) -> None:
+    """``upload_stream`` through the S3 client: one PUT for what fits in a part, else a
+    multipart upload, ``PARTS_IN_FLIGHT`` parts at once, aborted on any failure."""
+    bucket, key = s3client.split(url)
+    head = _read_full(src, first)
+    if len(head) < first:
+        try:
+            client.put(bucket, key, head)
+        except Exception as e:
+            raise _translate(url, e) from None
+        return
+    try:
+        upload_id = client.create_upload(bucket, key)
+    except Exception as e:
+        raise _translate(url, e) from None
+    parts: list[tuple[int, str]] = []
+    try:
+        with ThreadPoolExecutor(PARTS_IN_FLIGHT, thread_name_prefix="im2rec-upload") as pool:
+            pending: list[Any] = []
+            number, body = 1, head
+            while body:
+                pending.append(pool.submit(lambda n, b: (n, client.upload_part(bucket, key, upload_id, n, b)), number, body))
+                while len(pending) >= PARTS_IN_FLIGHT:
+                    parts.append(pending.pop(0).result())
+                number += 1
+                body = _read_full(src, part_size(number, first))
+            parts += [f.result() for f in pending]
+        client.complete_upload(bucket, key, upload_id, parts)
+    except BaseException as e:
+        with contextlib.suppress(Exception):
+            client.abort_upload(bucket, key, upload_id)
+        if isinstance(e, OSError) and not isinstance(e, FileNotFoundError):
+            raise _translate(url, e) from None
+        raise
+
+
+def _read_full(src: Any, size: int) -> bytes:
+    """``size`` bytes of ``src`` (fewer only at its end)."""
+    chunks, got = [], 0
+    while got < size:
+        chunk = src.read(size - got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+
+
 class Streamer:
     """Uploads a local file to S3 while it is being written: each full part as soon as it is
     on disk (one part in flight, in a background thread), the rest at ``finish``, which
@@ -498,31 +617,62 @@ class Streamer:
     same key are aborted when the next one starts.
     """
 
-    # Bytes of the first 1,000 parts; the next 1,000 are twice as large, and so on: S3 takes at
-    # most 10,000 parts of 5 MiB or more (but the last): 55,000 x 16 MiB, about 920 GB; a part in
-    # flight, read into memory, costs 16 MB for any .rec under 16 GB.
-    PART = 16 << 20
+    PART = PART
 
     def __init__(self, url: str, local: str, storage_options: Mapping[str, Any] | None = None, part: int = PART):
         import concurrent.futures
 
         self.url, self.local, self.part = url, local, part
-        self.fs, path = filesystem(url, storage_options)
-        self.bucket, self.key = path.split("/", 1)
-        self._parts: list[dict[str, Any]] = []
+        self.client = s3client.client_for(url, storage_options)
+        self.fs: Any = None
+        if self.client is None:
+            self.fs, path = filesystem(url, storage_options)
+            self.bucket, self.key = path.split("/", 1)
+        else:
+            self.bucket, self.key = s3client.split(url)
+        self._parts: list[tuple[int, str]] = []
         self.sent = 0  # bytes of the file already handed to a part
         self._next = 1  # the number of the next part
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="im2rec-upload")
         self._pending: Any = None
         try:
-            stale = self.fs.call_s3("list_multipart_uploads", Bucket=self.bucket, Prefix=self.key).get("Uploads", [])
-            for upload in stale:
-                if upload["Key"] == self.key:
-                    self.fs.call_s3("abort_multipart_upload", Bucket=self.bucket, Key=self.key, UploadId=upload["UploadId"])
-            self.upload_id = self.fs.call_s3("create_multipart_upload", Bucket=self.bucket, Key=self.key)["UploadId"]
+            for key, upload_id in self._uploads():
+                if key == self.key:  # left by a killed run
+                    self._abort(upload_id)
+            self.upload_id = self._create()
         except Exception as e:
             self._pool.shutdown()
             raise _translate(url, e) from None
+
+    # the five calls, through the S3 client, else s3fs's botocore client
+    def _uploads(self) -> list[tuple[str, str]]:
+        if self.client is not None:
+            return self.client.uploads(self.bucket, self.key)
+        found = self.fs.call_s3("list_multipart_uploads", Bucket=self.bucket, Prefix=self.key).get("Uploads", [])
+        return [(u["Key"], u["UploadId"]) for u in found]
+
+    def _create(self) -> str:
+        if self.client is not None:
+            return self.client.create_upload(self.bucket, self.key)
+        return self.fs.call_s3("create_multipart_upload", Bucket=self.bucket, Key=self.key)["UploadId"]
+
+    def _part(self, number: int, body: bytes) -> str:
+        if self.client is not None:
+            return self.client.upload_part(self.bucket, self.key, self.upload_id, number, body)
+        return self.fs.call_s3("upload_part", Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, PartNumber=number, Body=body)["ETag"]
+
+    def _complete(self) -> None:
+        if self.client is not None:
+            self.client.complete_upload(self.bucket, self.key, self.upload_id, self._parts)
+            return
+        parts = [{"PartNumber": n, "ETag": etag} for n, etag in sorted(self._parts)]
+        self.fs.call_s3("complete_multipart_upload", Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, MultipartUpload={"Parts": parts})
+
+    def _abort(self, upload_id: str) -> None:
+        if self.client is not None:
+            self.client.abort_upload(self.bucket, self.key, upload_id)
+        else:
+            self.fs.call_s3("abort_multipart_upload", Bucket=self.bucket, Key=self.key, UploadId=upload_id)
 
     @staticmethod
     def supported(url: str) -> bool:
@@ -532,8 +682,7 @@ class Streamer:
         with open(self.local, "rb") as f:
             f.seek(start)
             body = f.read(end - start)
-        reply = self.fs.call_s3("upload_part", Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, PartNumber=number, Body=body)
-        self._parts.append({"PartNumber": number, "ETag": reply["ETag"]})
+        self._parts.append((number, self._part(number, body)))
 
     def _wait(self) -> None:
         if self._pending is not None:
@@ -557,7 +706,7 @@ class Streamer:
 
     def part_size(self, number: int) -> int:
         """The size of part ``number`` (from 1): see ``PART``."""
-        return self.part * (1 + (number - 1) // 1000)
+        return part_size(number, self.part)
 
     def finish(self, size: int) -> None:
         """Send the rest of the (closed) file and complete the upload: the object appears."""
@@ -568,10 +717,7 @@ class Streamer:
                 self._send(self._next, self.sent, end)
                 self._next += 1
                 self.sent = end
-            parts = sorted(self._parts, key=lambda p: p["PartNumber"])
-            self.fs.call_s3(
-                "complete_multipart_upload", Bucket=self.bucket, Key=self.key, UploadId=self.upload_id, MultipartUpload={"Parts": parts}
-            )
+            self._complete()
         except Exception as e:
             self.abort()
             raise _translate(self.url, e) from None
@@ -585,7 +731,7 @@ class Streamer:
                 self._pending.cancel()
                 with contextlib.suppress(Exception):
                     self._pending.result()
-            self.fs.call_s3("abort_multipart_upload", Bucket=self.bucket, Key=self.key, UploadId=self.upload_id)
+            self._abort(self.upload_id)
         except Exception:
             pass
         finally:
@@ -702,9 +848,13 @@ class RemoteSource:
         self._starts: list[int] = []  # sorted starts of _held
         self._hint: tuple[int, int] | None = None
         if size is None:
-            fs, path = self._filesystem()
+            client = s3client.client_for(url, self.storage_options)
             try:
-                info = fs.info(path)
+                if client is not None:
+                    info = client.head(*s3client.split(url))
+                else:
+                    fs, path = self._filesystem()
+                    info = fs.info(path)
             except Exception as e:
                 raise _translate(url, e) from None
             size = int(info["size"])
@@ -811,14 +961,23 @@ class RemoteSource:
             self._keep(a, data, pinned)
 
     def _fetch_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
-        fs, path = self._filesystem()
+        client = s3client.client_for(self.url, self.storage_options)
+        if client is not None:
+            bucket, key = s3client.split(self.url)
+
+            def get(todo: list[tuple[int, int]]) -> list[Any]:
+                return client.map(lambda r: client.get(bucket, key, r[0], r[1]), todo)
+        else:
+            fs, path = self._filesystem()
+
+            def get(todo: list[tuple[int, int]]) -> list[Any]:
+                if len(todo) == 1:
+                    return [fs.cat_file(path, start=todo[0][0], end=todo[0][1])]
+                return fs.cat_ranges([path] * len(todo), [a for a, _ in todo], [b for _, b in todo], on_error="return")
 
         def attempt(todo: list[tuple[int, int]]) -> list[Any]:
             self.requests += len(todo)
-            if len(todo) == 1:
-                got: list[Any] = [fs.cat_file(path, start=todo[0][0], end=todo[0][1])]
-            else:
-                got = fs.cat_ranges([path] * len(todo), [a for a, _ in todo], [b for _, b in todo], on_error="return")
+            got = get(todo)
             return [
                 StorageError(f"{self.url}: asked for bytes {a}-{b}, the store sent {len(data)}") if isinstance(data, bytes) and len(data) != b - a else data
                 for (a, b), data in zip(todo, got)

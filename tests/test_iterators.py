@@ -632,7 +632,7 @@ def test_a_rec_in_s3_reads_as_the_local_one(inputs):
     s3fs = pytest.importorskip("s3fs")
     from conftest import s3_endpoint
 
-    with s3_endpoint() as endpoint:  # moto's buckets live as long as the process: one of our own, removed after
+    with s3_endpoint() as endpoint:
         fs = s3fs.S3FileSystem(skip_instance_cache=True, endpoint_url=endpoint)
         fs.mkdir("iterators")
         try:

@@ -1,4 +1,4 @@
-"""The loopback latency proxy: s3fs through it to a real S3 endpoint on 127.0.0.1 (moto's server),
+"""The loopback latency proxy: s3fs through it to a real S3 endpoint on 127.0.0.1 (SeaweedFS),
 the added latency, the counters, each fault kind, HTTP framing both ways, and its command line."""
 
 import http.client
@@ -17,22 +17,21 @@ from conftest import s3_endpoint
 from im2rec.proxy import LatencyProxy
 
 s3fs = pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'im2rec[s3]')")
-pytest.importorskip("moto.server", reason="moto is not installed (pip install 'im2rec[test]')")
 
 LATENCY = 0.03
 BIG = os.urandom(6 << 20)  # multi-MB: a multipart upload through s3fs, several blocks both ways
 
 
 @pytest.fixture(scope="module")
-def moto():
-    """A moto S3 server on loopback; its endpoint."""
+def store():
+    """The loopback S3 server; its endpoint."""
     with s3_endpoint() as endpoint:
         yield endpoint
 
 
 @pytest.fixture(scope="module")
-def proxy(moto):
-    with LatencyProxy(moto, latency=LATENCY) as p:
+def proxy(store):
+    with LatencyProxy(store, latency=LATENCY) as p:
         fs = client(p, retries=1)
         fs.mkdir("proxied")
         fs.pipe_file("proxied/small", b"hello")
@@ -149,9 +148,9 @@ def test_the_503_body_is_s3s_slowdown_error(fresh):
     response = conn.getresponse()
     body = response.read()
     assert response.status == 503 and b"<Error><Code>SlowDown</Code>" in body
-    conn.request("GET", "/proxied/small")  # the same connection goes on, to moto (403: no signature)
+    conn.request("GET", "/proxied/small")  # the same connection goes on, to the store (403: no signature)
     response = conn.getresponse()
-    assert response.status == 403 and response.getheader("Server").startswith("Werkzeug")
+    assert response.status == 403 and response.getheader("Server").startswith("SeaweedFS")
     conn.close()
 
 
@@ -238,8 +237,8 @@ def test_chunked_bodies_both_ways_and_head():
         server.server_close()
 
 
-def test_command_line_prints_its_url_and_serves_stats(moto):
-    proc = subprocess.Popen([sys.executable, "-m", "im2rec.proxy", moto, "--latency", "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+def test_command_line_prints_its_url_and_serves_stats(store):
+    proc = subprocess.Popen([sys.executable, "-m", "im2rec.proxy", store, "--latency", "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         url = proc.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:")

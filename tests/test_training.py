@@ -1,4 +1,4 @@
-"""Training reads from a store: a loopback S3 (moto) behind a latency proxy that also injects faults.
+"""Training reads from a store: a loopback S3 (SeaweedFS) behind a latency proxy that also injects faults.
 
 Every read is checked against the same read of the local file, byte for byte.
 """
@@ -26,8 +26,7 @@ from im2rec.errors import StorageError
 from im2rec.proxy import LatencyProxy
 
 s3fs = pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'im2rec[s3]')")
-pytest.importorskip("moto.server", reason="moto is not installed (pip install 'im2rec[test]')")
-# one pytest-xdist process for the module: its store (a pack, a moto server, an upload) is set up once,
+# one pytest-xdist process for the module: its store (a pack, a bucket, an upload) is set up once,
 # beside the other DataLoader tests (which share one torch import)
 pytestmark = pytest.mark.xdist_group("torch")
 
@@ -162,9 +161,9 @@ def test_a_header_scan_goes_through_the_cache(store, tmp_path):
 
 
 def read_all(args):
-    url, endpoint, cache, limit, seed = args
+    url, endpoint, key, secret, cache, limit, seed = args
     # the credentials too: a fork server started by an earlier test has not the environment s3_endpoint set
-    options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing", "client_kwargs": {"region_name": "us-east-1"}, "skip_instance_cache": True}
+    options = {"endpoint_url": endpoint, "key": key, "secret": secret, "client_kwargs": {"region_name": "us-east-1"}, "skip_instance_cache": True}
     ds = RecordDataset(url, mode="raw", storage_options=options, cache_dir=cache, cache_limit=limit, block_bytes=128 << 10)
     order = list(RecordSampler(ds, seed=seed))
     return [(i, bytes(ds[i][0])) for i in order]
@@ -195,12 +194,13 @@ def test_cache_shared_by_racing_processes_stays_under_its_limit(store, tmp_path)
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        context = multiprocessing.get_context("forkserver")  # not fork: this process runs threads (moto, the proxy)
+        context = multiprocessing.get_context("forkserver")  # not fork: this process runs threads (the proxy's)
         context.set_forkserver_preload(["im2rec.dataset", "s3fs"])
         pool = context.Pool(3)
         try:
             with deadline(120, "three processes reading through one cache"):
-                results = pool.map(read_all, [(URL, proxy.url, str(cache), limit, seed) for seed in range(3)])
+                keys = os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"]
+                results = pool.map(read_all, [(URL, proxy.url, *keys, str(cache), limit, seed) for seed in range(3)])
         finally:
             pool.close()  # not terminate (the with statement's): its semaphores are released, not leaked
             pool.join()
