@@ -33,6 +33,7 @@ import hmac
 import http.client
 import os
 import re
+import select
 import socket
 import ssl
 import threading
@@ -249,6 +250,8 @@ class S3Client:
     def _connection(self, scheme: str, host: str) -> http.client.HTTPConnection:
         self._fork_check()
         connection = self._local.connections.get((scheme, host))
+        if connection is not None and connection.sock is not None and select.select([connection.sock], [], [], 0)[0]:
+            connection.close()  # readable while idle: the server closed it (or sent what nobody asked for)
         if connection is None:
             if scheme == "https":
                 if self._ssl is None:
@@ -288,7 +291,7 @@ class S3Client:
             NoSuchObject, AccessDenied, S3Error: as the module's docstring says.
         """
         query = dict(query or {})
-        for attempt in range(3):
+        for _ in range(2):  # a second time only after a redirect to the bucket's region
             scheme, host, path = self._where(bucket, key)
             sent = dict(headers or {})
             credentials = None if self.config.anonymous else self._credentials.get()
@@ -303,11 +306,6 @@ class S3Client:
                 connection.request(method, target, body=body if body else None, headers=sent)
                 response = connection.getresponse()
                 data = response.read()  # a HEAD's is empty; read, so that the connection can go on
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
-                self._drop(scheme, host)
-                if attempt == 0:  # a kept-alive connection the server had closed: once more, on a new one
-                    continue
-                raise self._unanswered(method, bucket, key, scheme, host, e) from None
             except (OSError, http.client.HTTPException) as e:
                 self._drop(scheme, host)
                 raise self._unanswered(method, bucket, key, scheme, host, e) from None
