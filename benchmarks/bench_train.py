@@ -1,6 +1,6 @@
-"""Training from S3: one cold epoch of a .rec in the store, im2rec against litdata, MosaicML streaming and webdataset, in one run.
+"""Training from S3: one cold epoch of a .rec in the store, im2rec against litdata, MosaicML streaming, webdataset and s3torchconnector, in one run.
 
-    python benchmarks/bench_train.py [--images 5000] [--latency 0.02] [--workers 2]
+    python benchmarks/bench_train.py [--images 5000] [--latency 0.02] [--workers 2] [--store seaweed|moto]
 
 The corpus is the ImageNet-like one (`common.corpus("imagenet")`: 5,000 JPEGs of 100
 classes, built by `python -m im2rec.synthetic` on first use), listed and packed as a user
@@ -11,8 +11,9 @@ hold the files' own JPEG bytes). The peers' formats are written from the same re
 `chunk_bytes`, MDS's default `size_limit`, and the same for webdataset's `maxsize`). All
 of it is cached under common.CACHE, so a second run starts at once.
 
-moto's S3 server runs in a process of its own (patched to serve a ranged GET without copying
-the whole object first, as S3 does: see common.MOTO_WITH_RANGES); everything is uploaded to it directly, and
+SeaweedFS's S3 server (`weed mini`, a real object store that checks signatures) runs on
+loopback in a process of its own, or with --store moto moto's (patched to serve a ranged GET
+without copying the whole object first: see common.MOTO_WITH_RANGES); everything is uploaded to it directly, and
 read through `python -m im2rec.proxy --latency` (another process, so that the proxy does
 not share the measured process's GIL), which adds --latency seconds to every request, as
 a cloud store's time to first byte, and counts the requests (`GET /__stats`).
@@ -23,7 +24,7 @@ batches of 64, shuffled, first handing out the raw JPEG bytes and labels ("raw")
 in a second cold run, decoding each with the same function inside the workers
 (`cv2.imdecode`, BGR to RGB, `cv2.resize` to 224x224: "decoded"). For each: samples/s
 (the epoch's time from building the DataLoader to its last batch), requests per decoded
-epoch (from the proxy's counter) and peak memory: the summed PSS of the contender's
+epoch (from the proxy's counter), CPU seconds of the process and its workers, and peak memory: the summed PSS of the contender's
 process tree (the process and its DataLoader workers), sampled every 20 ms, the larger
 of its two runs.
 
@@ -40,19 +41,23 @@ of its two runs.
    `litdata.StreamingDataLoader`.
 5. MosaicML streaming: `MDSWriter(columns={"jpg": "bytes", "cls": "int"})`,
    `StreamingDataset(remote=url, local=TMP, shuffle=True, batch_size=64)` (`S3_ENDPOINT_URL`
-   names the proxy). `import streaming` imports torchvision, and the only torchvision
-   wheel for this torch (a CUDA build) does not load next to the CPU torch 2.13.0
-   ("operator torchvision::nms does not exist"): its subprocess gets a stand-in
-   `torchvision` package of three names (written to a temporary folder put first on
+   names the proxy). `import streaming` imports torchvision and transformers, and the only
+   torchvision wheel for this torch (a CUDA build) does not load next to the CPU torch 2.13.0
+   ("operator torchvision::nms does not exist"): its subprocess gets stand-in `torchvision`
+   and `transformers` packages of a few names (written to a temporary folder put first on
    PYTHONPATH); streaming only subclasses and imports them.
 6. webdataset: `ShardWriter` tar shards, `WebDataset(urls, shardshuffle=...).shuffle(1000)`,
    each shard opened through fsspec (s3fs, 8 MB read-ahead requests: an `s3` entry in
    `webdataset.gopen.gopen_schemes`, since webdataset opens only pipes, files and
    curl/gsutil URLs itself).
 
+7. s3torchconnector (AWS's, on the CRT client): one object per image (`LABEL/INDEX.jpg`),
+   `S3MapDataset.from_prefix(url, endpoint=..., s3client_config=S3ClientConfig(force_path_style=True))`,
+   a DataLoader with `shuffle=True`: a GET per sample.
+
 A peer that is not installed is skipped with the pip command that brings it.
-Goals (issue 19), on decoded samples/s: im2rec S3 (the training path) at least 0.9x im2rec
-from the local disk, at least 10x the per-record reads, and at least 1.0x the best peer.
+Goals (issues 19 and 28), on decoded samples/s: im2rec S3 (the training path) at least 0.9x
+im2rec from the local disk, at least 10x the per-record reads, and ahead of every peer.
 """
 
 from __future__ import annotations
@@ -71,13 +76,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import CACHE, S3_ENV, corpus, proxy_stats, start_moto, start_proxy, stop, tree_pss_kb
+from common import CACHE, STORES, corpus, proxy_stats, start_proxy, start_store, stop, tree_pss_kb
 
 BATCH = 64
 SIZE = 224
 CHUNK_BYTES = 64_000_000
 BUCKET = "bench"
-CONTENDERS = ["local", "s3-per-record", "s3-sampler", "s3-cache", "litdata", "streaming", "webdataset"]
+CONTENDERS = ["local", "s3-per-record", "s3-sampler", "s3-cache", "litdata", "streaming", "webdataset", "s3torchconnector"]
 TITLES = {
     "local": "im2rec, local disk",
     "s3-per-record": "im2rec S3, a request per record (before)",
@@ -86,14 +91,19 @@ TITLES = {
     "litdata": "litdata StreamingDataset",
     "streaming": "MosaicML StreamingDataset",
     "webdataset": "webdataset WebDataset",
+    "s3torchconnector": "s3torchconnector S3MapDataset",
 }
-PIP = {"litdata": "litdata", "streaming": "mosaicml-streaming", "webdataset": "webdataset"}
-# What `import streaming` takes from torchvision (streaming/vision): a stand-in for each.
-TORCHVISION_STUB = {
-    "__init__.py": "from . import datasets, transforms  # noqa: F401\n__version__ = '0.0.0+stub'\n",
-    "datasets.py": "class VisionDataset:\n    def __init__(self, *args, **kwargs):\n        pass\n\n\nclass CIFAR10(VisionDataset):\n    pass\n",
-    "transforms/__init__.py": "from . import functional  # noqa: F401\n",
-    "transforms/functional.py": "def to_tensor(pic):\n    raise NotImplementedError('torchvision stand-in')\n",
+PIP = {"litdata": "litdata", "streaming": "mosaicml-streaming", "webdataset": "webdataset", "s3torchconnector": "s3torchconnector"}
+# What `import streaming` takes from torchvision and transformers (it uses neither to read MDS): a stand-in for each.
+STUBS = {
+    "torchvision/__init__.py": "from . import datasets, transforms  # noqa: F401\n__version__ = '0.0.0+stub'\n",
+    "torchvision/datasets.py": "class VisionDataset:\n    def __init__(self, *args, **kwargs):\n        pass\n\n\nclass CIFAR10(VisionDataset):\n    pass\n",
+    "torchvision/transforms/__init__.py": "from . import functional  # noqa: F401\n",
+    "torchvision/transforms/functional.py": "def to_tensor(pic):\n    raise NotImplementedError('torchvision stand-in')\n",
+    "transformers/__init__.py": "class BatchEncoding(dict):\n    pass\n\n\nclass BatchFeature(dict):\n    pass\n",
+    "transformers/models/__init__.py": "",
+    "transformers/models/auto/__init__.py": "",
+    "transformers/models/auto/tokenization_auto.py": "class AutoTokenizer:\n    pass\n",
 }
 
 
@@ -155,6 +165,10 @@ def write_format(name: str, rec: Path, out: Path) -> None:
         with MDSWriter(out=str(out), columns={"jpg": "bytes", "cls": "int"}, size_limit=CHUNK_BYTES) as writer:
             for image, label in records(rec):
                 writer.write({"jpg": image, "cls": label})
+    elif name == "s3torchconnector":  # one object per image, as S3MapDataset reads them: LABEL/INDEX.jpg
+        for i, (image, label) in enumerate(records(rec)):
+            (out / f"{label:04d}").mkdir(parents=True, exist_ok=True)
+            (out / f"{label:04d}" / f"{i:08d}.jpg").write_bytes(image)
     elif name == "webdataset":
         import webdataset as wds
 
@@ -196,6 +210,16 @@ def _wds_pair(sample, do_decode):
 
 def _int_label(label):
     return int(label)
+
+
+def _raw_object(reader):
+    """s3torchconnector's item: an S3Reader of one object, its label in its key (``LABEL/INDEX.jpg``)."""
+    return reader.read(), int(reader.key.rsplit("/", 2)[-2])
+
+
+def _decoded_object(reader):
+    image, label = _raw_object(reader)
+    return decode(image), label
 
 
 def _s3fs_open(url, mode="rb", bufsize=8192, **kw):
@@ -262,6 +286,14 @@ def loader(name: str, args, tmp: Path, do_decode: bool):
 
         ds = Dataset(remote=f"{url}/streaming", local=str(tmp / "cache"), shuffle=True, shuffle_seed=0, batch_size=BATCH)
         return torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=args.workers)
+    if name == "s3torchconnector":
+        from s3torchconnector import S3ClientConfig, S3MapDataset
+
+        ds = S3MapDataset.from_prefix(
+            f"{url}/s3torchconnector/", region=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"), endpoint=os.environ["AWS_ENDPOINT_URL"],
+            transform=_decoded_object if do_decode else _raw_object, s3client_config=S3ClientConfig(force_path_style=True),
+        )
+        return torch.utils.data.DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=args.workers)
     if name == "webdataset":
         import fsspec
         import webdataset as wds
@@ -285,7 +317,10 @@ def epoch(name: str, args) -> None:
         seconds = time.perf_counter() - t
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    Path(args.result).write_text(json.dumps({"seconds": seconds, "samples": samples}))
+    import resource
+
+    cpu = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN) for f in ("ru_utime", "ru_stime"))
+    Path(args.result).write_text(json.dumps({"seconds": seconds, "samples": samples, "cpu": cpu}))
 
 
 # -- the driver ---------------------------------------------------------------------------------
@@ -307,8 +342,9 @@ def missing(name: str) -> str | None:
     return None
 
 
-def measure(name: str, args, env: dict, proxy_url: str, do_decode: bool) -> tuple[float, int, float]:
-    """(samples/s, requests, peak MB of the summed PSS) of one cold epoch of `name` in a subprocess."""
+def measure(name: str, args, env: dict, proxy_url: str, do_decode: bool) -> tuple[float, int, float, float]:
+    """(samples/s, requests, peak MB of the summed PSS, CPU seconds of the process and its
+    workers) of one cold epoch of `name` in a subprocess."""
     result = Path(tempfile.mkstemp(prefix="im2rec-bench-train-", suffix=".json")[1])
     cmd = [sys.executable, __file__, "--run", name, "--images", str(args.images), "--workers", str(args.workers), "--rec", str(args.rec), "--result", str(result)]
     before = proxy_stats(proxy_url)["requests"]
@@ -326,7 +362,7 @@ def measure(name: str, args, env: dict, proxy_url: str, do_decode: bool) -> tupl
         result.unlink(missing_ok=True)
     if out["samples"] != args.images:
         print(f"  note: {name} gave {out['samples']:,} samples of {args.images:,}", file=sys.stderr)
-    return out["samples"] / out["seconds"], requests, peak / 1024
+    return out["samples"] / out["seconds"], requests, peak / 1024, out["cpu"]
 
 
 def order_report(rec: Path) -> None:
@@ -355,6 +391,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2, help="DataLoader workers")
     ap.add_argument("--rounds", type=int, default=1, help="cold epochs of each contender, the best kept (a shared machine is noisy)")
     ap.add_argument("--only", nargs="+", choices=CONTENDERS, help="these contenders alone")
+    ap.add_argument("--store", choices=STORES, default="seaweed", help="the loopback S3 server: SeaweedFS (a real store), or moto")
     # The subprocesses: one epoch of a contender, or writing a peer's format.
     ap.add_argument("--run", choices=CONTENDERS, help=argparse.SUPPRESS)
     ap.add_argument("--write", choices=list(PIP), help=argparse.SUPPRESS)
@@ -369,22 +406,25 @@ def main() -> None:
         return write_format(args.write, Path(args.rec), Path(args.out))
 
     rec = args.rec = packed(args.images)
-    server, endpoint = start_moto()
+    stop_store, endpoint, store_env = start_store(args.store)
     proxy, proxy_url = start_proxy(endpoint, args.latency)
     stub = Path(tempfile.mkdtemp(prefix="im2rec-bench-torchvision-"))
-    for rel, text in TORCHVISION_STUB.items():
-        (stub / "torchvision" / rel).parent.mkdir(parents=True, exist_ok=True)
-        (stub / "torchvision" / rel).write_text(text)
+    for rel, text in STUBS.items():
+        (stub / rel).parent.mkdir(parents=True, exist_ok=True)
+        (stub / rel).write_text(text)
     try:
         import s3fs
 
-        direct = dict(os.environ, **S3_ENV, AWS_ENDPOINT_URL=endpoint)
+        direct = dict(os.environ, **store_env)
         os.environ.update(direct)
         through = dict(direct, AWS_ENDPOINT_URL=proxy_url, S3_ENDPOINT_URL=proxy_url)
         fs = s3fs.S3FileSystem(skip_instance_cache=True, endpoint_url=endpoint)
         fs.mkdir(BUCKET)
         prefix = f"{BUCKET}/{args.images}"
         fs.put([str(rec), str(rec.with_suffix(".idx"))], [f"{prefix}/train.rec", f"{prefix}/train.idx"])
+        import im2rec
+
+        print(f"im2rec {im2rec.__version__} from {Path(im2rec.__file__).parent}; the {args.store} store at {endpoint}")
         contenders = args.only or CONTENDERS
         skipped = {name: why for name in contenders if (why := missing(name))}
         for name in contenders:
@@ -394,7 +434,7 @@ def main() -> None:
         mb = rec.stat().st_size / 1e6
         print(f"one cold epoch of {args.images:,} ImageNet-like JPEGs ({mb:,.1f} MB packed), {args.workers} DataLoader workers, batches of {BATCH},")
         print(f"through a proxy adding {args.latency * 1000:g} ms per request to the loopback S3; decoded = cv2.imdecode, BGR2RGB, resize to {SIZE}x{SIZE}")
-        print(f"\n  {'contender':<40} {'raw':>10} {'decoded':>10} {'requests':>9} {'peak MB':>8}")
+        print(f"\n  {'contender':<40} {'raw':>10} {'decoded':>10} {'requests':>9} {'CPU s':>7} {'peak MB':>8}")
         results: dict[str, tuple[float, float, int, float]] = {}
         for name in contenders:
             if name in skipped:
@@ -404,10 +444,10 @@ def main() -> None:
             raws = [measure(name, args, env, proxy_url, False) for _ in range(args.rounds)]
             decodeds = [measure(name, args, env, proxy_url, True) for _ in range(args.rounds)]
             raw, peak_raw = max(r[0] for r in raws), max(r[2] for r in raws)
-            decoded, requests, peak = max(r[0] for r in decodeds), decodeds[-1][1], max(r[2] for r in decodeds)
+            decoded, requests, peak, cpu = max(r[0] for r in decodeds), decodeds[-1][1], max(r[2] for r in decodeds), min(r[3] for r in decodeds)
             results[name] = (raw, decoded, requests, max(peak, peak_raw))
-            print(f"  {TITLES[name]:<40} {raw:>10,.0f} {decoded:>10,.0f} {requests:>9,} {max(peak, peak_raw):>8,.0f}", flush=True)
-        print("  (samples/s raw and decoded; requests and peak memory (summed PSS of the process tree) of the decoded epoch)")
+            print(f"  {TITLES[name]:<40} {raw:>10,.0f} {decoded:>10,.0f} {requests:>9,} {cpu:>7.1f} {max(peak, peak_raw):>8,.0f}", flush=True)
+        print("  (samples/s raw and decoded; requests, CPU seconds (the process and its workers) and peak memory (summed PSS of the process tree) of the decoded epoch)")
 
         print("\nratios (issue 19's goals): raw samples/s, decoded samples/s")
         new = max((results[n][1], n) for n in ("s3-sampler", "s3-cache") if n in results) if any(n in results for n in ("s3-sampler", "s3-cache")) else None
@@ -434,7 +474,7 @@ def main() -> None:
             order_report(args.rec)
     finally:
         stop(proxy)
-        stop(server)
+        stop_store()
         shutil.rmtree(stub, ignore_errors=True)
 
 

