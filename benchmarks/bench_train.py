@@ -67,6 +67,7 @@ import importlib
 import importlib.util
 import inspect
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -300,6 +301,9 @@ def loader(name: str, args, tmp: Path, do_decode: bool):
         wds_gopen = importlib.import_module("webdataset.gopen")  # the module: webdataset.gopen is also a function
 
         wds_gopen.gopen_schemes["s3"] = _s3fs_open
+        # s3fs closes its aiobotocore sessions at a worker's exit on another event loop than theirs, and asyncio
+        # logs a "Task exception was never retrieved" traceback for each: after the epoch, harmless, silenced.
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
         shards = sorted(fsspec.filesystem("s3").ls(f"{BUCKET}/{args.images}/webdataset"))
         ds = wds.WebDataset([f"s3://{s}" for s in shards], shardshuffle=len(shards), seed=0, empty_check=False).shuffle(1000).map(lambda s: _wds_pair(s, do_decode))
         return torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=args.workers)

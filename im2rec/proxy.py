@@ -1,6 +1,7 @@
 """A loopback HTTP/1.1 proxy that adds latency and injects faults, for tests and benchmarks.
 
-moto's S3 server answers on 127.0.0.1 in well under a millisecond; a cloud store takes
+A loopback S3 server (SeaweedFS's `weed mini`, see `im2rec.seaweed`, or moto's) answers on
+127.0.0.1 in well under a millisecond; a cloud store takes
 10-100 ms to the first byte of every request, and now and then slows down (503 SlowDown),
 fails (500), drops a connection or stops answering. Put a `LatencyProxy` in front of the
 loopback server and point the client at ``proxy.url``: every request then waits `latency`
@@ -101,7 +102,7 @@ class LatencyProxy:
     """Forwards HTTP/1.1 requests to `upstream` after `latency` seconds each; counts them; injects faults.
 
     Args:
-        upstream: the server's URL, ``http://HOST:PORT`` (moto's server).
+        upstream: the server's URL, ``http://HOST:PORT`` (a loopback S3 server).
         latency: seconds every request waits before it is forwarded.
         host, port: where the proxy listens (port 0: a free port, see `url`).
 
