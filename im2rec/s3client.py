@@ -1,9 +1,9 @@
 """The S3 client of the hot paths: GET, ranged GET, HEAD, PUT and multipart uploads, signed
-here (AWS Signature Version 4) and sent with ``http.client`` on kept-alive connections.
+here (AWS Signature Version 4) and sent on kept-alive HTTP/1.1 connections of its own.
 
 s3fs (aiobotocore) spends about 2.8-5.6 ms of CPU per request: on two cores, more than the
-pool spends decoding and re-encoding an image. This client spends about 0.5 ms, about what
-obstore (Rust) spends, and unlike obstore it keeps working in a process forked after it
+pool spends decoding and re-encoding an image. This client spends about 0.2 ms (0.3 with 32
+requests in flight), less than obstore (Rust, 0.4 ms through its Python binding), and unlike obstore it keeps working in a process forked after it
 was used (a PyTorch DataLoader worker): obstore's tokio runtime does not survive a fork,
 and a forked child's first request hangs. Connections belong to a thread and a process; a
 child opens its own.
@@ -30,7 +30,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import hmac
-import http.client
 import os
 import re
 import select
@@ -41,6 +40,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -178,6 +178,13 @@ def sign(method: str, host: str, path: str, query: Mapping[str, str], headers: d
 # --------------------------------------------------------------------------- the client
 
 
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
 def _strip(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
@@ -194,11 +201,127 @@ def _xml_fields(body: bytes) -> dict[str, str]:
     return found
 
 
+class ConnectionClosed(ConnectionError):
+    """The server closed the connection before its whole answer."""
+
+
+#: The most bytes of status line and headers an answer may have.
+MAX_HEAD = 64 << 10
+
+
+class _Connection:
+    """One kept-alive HTTP/1.1 connection to ``host`` (``name`` or ``name:port``): a request is
+    written in one piece, the answer read by its Content-Length or its chunks (or to the end,
+    when it has neither). ``http.client`` parses headers with the email package and spends
+    twice this CPU per request (0.31 against 0.17 ms, measured on SeaweedFS)."""
+
+    def __init__(self, scheme: str, host: str, timeout: float, context: ssl.SSLContext | None):
+        parts = urlsplit(f"//{host}")
+        self.host, self.address = host, (parts.hostname or host, parts.port or (443 if scheme == "https" else 80))
+        self.timeout, self.context = timeout, context
+        self.sock: socket.socket | None = None
+        self.buffer = b""  # what was received beyond the answer being read
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+        self.sock, self.buffer = None, b""
+
+    def stale(self) -> bool:
+        """Whether this idle connection was closed by the server (or holds what nobody asked for)."""
+        return self.sock is not None and bool(self.buffer or select.select([self.sock], [], [], 0)[0])
+
+    def exchange(self, method: str, target: str, headers: Mapping[str, str], body: bytes | memoryview) -> tuple[int, dict[str, str], bytes, bool]:
+        """Send one request; ``(status, headers with lowercase names, body, whether the connection must close)``."""
+        if self.sock is None:
+            sock = socket.create_connection(self.address, timeout=self.timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.sock = self.context.wrap_socket(sock, server_hostname=self.address[0]) if self.context else sock
+        head = f"{method} {target} HTTP/1.1\r\nHost: {self.host}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+        if len(body) <= 1 << 16:
+            self.sock.sendall(head.encode() + bytes(body))
+        else:
+            self.sock.sendall(head.encode())
+            self.sock.sendall(body)
+        status, answer = self._head()
+        while 100 <= status < 200:  # 100 Continue (never asked for) and the like: the answer follows
+            status, answer = self._head()
+        closing = answer.get("connection", "").lower() == "close"
+        if method == "HEAD" or status in (204, 304):
+            return status, answer, b"", closing
+        if "chunked" in answer.get("transfer-encoding", "").lower():
+            return status, answer, self._chunked(), closing
+        if "content-length" in answer:
+            return status, answer, self._exactly(int(answer["content-length"])), closing
+        return status, answer, self._to_the_end(), True
+
+    def _receive(self) -> bytes:
+        assert self.sock is not None
+        data = self.sock.recv(1 << 16)
+        if not data:
+            raise ConnectionClosed("the server closed the connection before its whole answer")
+        return data
+
+    def _line_block(self, end: bytes) -> bytes:
+        """What the buffer holds up to ``end`` (received as needed), ``end`` consumed."""
+        while (at := self.buffer.find(end)) < 0:
+            if len(self.buffer) > MAX_HEAD:
+                raise ConnectionClosed(f"an answer whose headers run past {MAX_HEAD} bytes")
+            self.buffer += self._receive()
+        block, self.buffer = self.buffer[:at], self.buffer[at + len(end) :]
+        return block
+
+    def _head(self) -> tuple[int, dict[str, str]]:
+        lines = self._line_block(b"\r\n\r\n").decode("latin-1").split("\r\n")
+        fields = lines[0].split(" ", 2)
+        if len(fields) < 2 or not fields[0].startswith("HTTP/") or not fields[1].isdigit():
+            raise ConnectionClosed(f"not an HTTP answer: {lines[0][:80]!r}")
+        answer: dict[str, str] = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            answer[name.strip().lower()] = value.strip()
+        return int(fields[1]), answer
+
+    def _exactly(self, size: int) -> bytes:
+        if len(self.buffer) >= size:
+            data, self.buffer = self.buffer[:size], self.buffer[size:]
+            return data
+        assert self.sock is not None
+        body = bytearray(size)
+        view = memoryview(body)
+        got = len(self.buffer)
+        view[:got] = self.buffer
+        self.buffer = b""
+        while got < size:
+            n = self.sock.recv_into(view[got:])
+            if not n:
+                raise ConnectionClosed(f"the server closed the connection after {got:,} of {size:,} bytes")
+            got += n
+        return bytes(body)
+
+    def _chunked(self) -> bytes:
+        chunks = []
+        while size := int(self._line_block(b"\r\n").split(b";")[0].strip() or b"0", 16):
+            chunks.append(self._exactly(size))
+            self._exactly(2)  # the chunk's CRLF
+        while self._line_block(b"\r\n"):  # trailers, up to the empty line
+            pass
+        return b"".join(chunks)
+
+    def _to_the_end(self) -> bytes:
+        assert self.sock is not None
+        chunks = [self.buffer]
+        while data := self.sock.recv(1 << 16):
+            chunks.append(data)
+        self.buffer = b""
+        return b"".join(chunks)
+
+
 class _Local(threading.local):
     """A thread's connections, by (scheme, host)."""
 
     def __init__(self) -> None:
-        self.connections: dict[tuple[str, str], http.client.HTTPConnection] = {}
+        self.connections: dict[tuple[str, str], _Connection] = {}
 
 
 class S3Client:
@@ -247,23 +370,20 @@ class S3Client:
             return "https", f"{bucket}.s3.{region}.amazonaws.com", f"/{encoded}"
         return "https", f"s3.{region}.amazonaws.com", f"/{bucket}/{encoded}" if key else f"/{bucket}"
 
-    def _connection(self, scheme: str, host: str) -> http.client.HTTPConnection:
+    def _connection(self, scheme: str, host: str) -> _Connection:
         self._fork_check()
         connection = self._local.connections.get((scheme, host))
-        if connection is not None and connection.sock is not None and select.select([connection.sock], [], [], 0)[0]:
+        if connection is not None and connection.stale():
             connection.close()  # readable while idle: the server closed it (or sent what nobody asked for)
         if connection is None:
-            if scheme == "https":
-                if self._ssl is None:
-                    verify = self.config.verify
-                    context = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
-                    if verify is False:
-                        context.check_hostname = False
-                        context.verify_mode = ssl.CERT_NONE
-                    self._ssl = context
-                connection = http.client.HTTPSConnection(host, timeout=self.config.timeout, context=self._ssl)
-            else:
-                connection = http.client.HTTPConnection(host, timeout=self.config.timeout)
+            if scheme == "https" and self._ssl is None:
+                verify = self.config.verify
+                context = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
+                if verify is False:
+                    context.check_hostname = False
+                    context.verify_mode = ssl.CERT_NONE
+                self._ssl = context
+            connection = _Connection(scheme, host, self.config.timeout, self._ssl if scheme == "https" else None)
             self._local.connections[(scheme, host)] = connection
         return connection
 
@@ -303,22 +423,19 @@ class S3Client:
                 sent["Content-Length"] = str(len(body))
             connection = self._connection(scheme, host)
             try:
-                connection.request(method, target, body=body if body else None, headers=sent)
-                response = connection.getresponse()
-                data = response.read()  # a HEAD's is empty; read, so that the connection can go on
-            except (OSError, http.client.HTTPException) as e:
+                status, answer, data, closing = connection.exchange(method, target, sent, body)
+            except OSError as e:
                 self._drop(scheme, host)
                 raise self._unanswered(method, bucket, key, scheme, host, e) from None
-            answer = {k.lower(): v for k, v in response.getheaders()}
-            if response.will_close:
+            if closing:
                 self._drop(scheme, host)
-            if response.status in ok:
-                return response.status, answer, data
+            if status in ok:
+                return status, answer, data
             region = answer.get("x-amz-bucket-region")
-            if response.status in (301, 307, 400) and region and region != self._regions.get(bucket, self.config.region) and not self.config.endpoint:
+            if status in (301, 307, 400) and region and region != self._regions.get(bucket, self.config.region) and not self.config.endpoint:
                 self._regions[bucket] = region  # the bucket lives elsewhere: ask there
                 continue
-            raise self._error(method, bucket, key, response.status, data)
+            raise self._error(method, bucket, key, status, data)
         raise S3Error(f"{method} {bucket}/{key}: no answer")
 
     @staticmethod
@@ -333,7 +450,7 @@ class S3Client:
     def _error(method: str, bucket: str, key: str, status: int, body: bytes) -> S3Error:
         fields = _xml_fields(body) if body else {}
         code = fields.get("Code", "")
-        message = fields.get("Message", "") or http.client.responses.get(status, "")
+        message = fields.get("Message", "") or _phrase(status)
         said = f"{status} {code}: {message}" if code else f"{status} {message}"
         where = f"{bucket}/{key}" if key else bucket
         if status == 404:  # a HEAD's answer has no body: which of the two is missing is not said

@@ -194,3 +194,96 @@ def test_credentials_and_region_from_a_profile(tmp_path, monkeypatch):
     assert client._credentials.get() == Credentials("PROFILEKEY", "PROFILESECRET", None)
     monkeypatch.setenv("AWS_PROFILE", "work")
     assert S3Client(s3client.config_for({}))._credentials.get() == Credentials("PROFILEKEY", "PROFILESECRET", None)
+
+
+class _Scripted:
+    """A loopback server that reads each request and answers with the next of `answers` (raw
+    bytes, written as they are; a None after an answer: close the connection once it is sent)."""
+
+    def __init__(self, answers):
+        import socket
+        import threading
+
+        self.answers = list(answers)
+        self.requests: list[bytes] = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while self.answers:
+            conn, _ = self.listener.accept()
+            with conn:
+                buffer = b""
+                while self.answers:
+                    while b"\r\n\r\n" not in buffer:
+                        data = conn.recv(65536)
+                        if not data:
+                            break
+                        buffer += data
+                    if b"\r\n\r\n" not in buffer:
+                        break
+                    head, _, buffer = buffer.partition(b"\r\n\r\n")
+                    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0)
+                    while len(buffer) < length:
+                        buffer += conn.recv(65536)
+                    self.requests.append(head + b"\r\n\r\n" + buffer[:length])
+                    buffer = buffer[length:]
+                    answer = self.answers.pop(0)
+                    if answer is None:
+                        break
+                    conn.sendall(answer)
+                    if self.answers and self.answers[0] is None:  # close right after this answer
+                        self.answers.pop(0)
+                        break
+        self.listener.close()
+
+
+def _client_of(server, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    s3client.forget_clients()
+    client = s3client.client_for("s3://b/x")
+    assert client is not None
+    return client
+
+
+def test_answers_are_read_by_length_chunks_or_to_the_end(monkeypatch):
+    """Content-Length on a kept-alive connection; chunked with an extension and a trailer; an
+    interim 100 Continue; a HEAD's length without a body; a body that ends at the close."""
+    server = _Scripted([
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nETag: \"e1\"\r\n\r\nhello",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;x=1\r\nabc\r\n4\r\ndefg\r\n0\r\nX-Trailer: t\r\n\r\n",
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 206 Partial Content\r\nContent-Length: 2\r\n\r\nxy",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\nLast-Modified: Tue, 01 Dec 2026 00:00:00 GMT\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end",
+    ])
+    client = _client_of(server, monkeypatch)
+    assert client.get("b", "one") == b"hello"
+    assert client.get("b", "two") == b"abcdefg"
+    assert client.get("b", "three", 0, 2) == b"xy"
+    assert client.head("b", "four")["size"] == 1234
+    assert client.get("b", "five") == b"until the end"
+    server.thread.join(10)
+    assert [r.split(b" ")[1] for r in server.requests] == [b"/b/one", b"/b/two", b"/b/three", b"/b/four", b"/b/five"]
+    assert b"Range: bytes=0-1" in server.requests[2] and server.requests[3].startswith(b"HEAD ")
+
+
+def test_an_answer_cut_short_is_a_dropped_connection_named(monkeypatch):
+    """A server that closes mid-body, or after a garbled status line: an S3Error (an OSError,
+    retried by storage) naming what happened, and the next request opens a new connection."""
+    server = _Scripted([
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten b", None,
+        b"SMTP ready\r\n\r\n", None,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    ])
+    client = _client_of(server, monkeypatch)
+    with pytest.raises(S3Error) as cut:
+        client.get("b", "k")
+    assert str(cut.value) == f"GET b/k: ConnectionClosed from http://127.0.0.1:{server.port}: the server closed the connection after 10 of 100 bytes"
+    with pytest.raises(S3Error) as garbled:
+        client.get("b", "k")
+    assert str(garbled.value) == f"GET b/k: ConnectionClosed from http://127.0.0.1:{server.port}: not an HTTP answer: 'SMTP ready'"
+    assert client.get("b", "k") == b"ok"
