@@ -401,7 +401,7 @@ def _report(run, options, stats, strict, quiet):
         click.echo(f"Error: {what}; the finished part is kept: rerun with --resume to continue", err=True)
         sys.exit(143 if isinstance(e, _Terminated) else 130)
     except TooManyFailures as e:
-        if stats is not None and e.summary is not None:
+        if stats is not None and isinstance(e.summary, packing.PackSummary):
             packing.write_stats(stats.path, e.summary, options, sys.argv)
             stats.upload()
         raise

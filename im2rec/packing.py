@@ -456,7 +456,7 @@ def _write(results: Iterable[Result], sink: RecordSink, failures: FailureList, s
             summary.failures[result.kind] += 1
             if opts.max_errors is not None and summary.failed > opts.max_errors:
                 raise TooManyFailures(
-                    f"stopped after {summary.failed} failed images (more than --max-errors {opts.max_errors}); "
+                    f"stopped after {plural(summary.failed, 'failed image')} (more than --max-errors {opts.max_errors}); "
                     f"the last: {task.path}: {result.kind}: {result.reason}",
                     summary,
                 )

@@ -463,7 +463,7 @@ def test_an_interrupted_pack_to_s3_resumes_from_its_staging_folder(s3, data_dir,
     (tmp_path / "r.lst").write_text("\n".join(lines) + "\n")
     out = "s3://data/resumed/all.rec"
     result = run("pack", tmp_path / "r.lst", "s3://data/tree", out, "--pass-through", "--max-errors", "0")
-    assert result.exit_code == 1 and "stopped after 1 failed images" in result.stderr
+    assert result.exit_code == 1 and result.stderr.startswith("Error: stopped after 1 failed image (more than --max-errors 0); the last: cats/gone.jpg: missing: ")
     assert not s3_exists("data/resumed/all.rec") and not s3_exists("data/resumed/all.idx")  # nothing under the final keys
     uploads = store().call_s3("list_multipart_uploads", Bucket="data").get("Uploads", [])
     assert [u for u in uploads if u["Key"].startswith("resumed/")] == []  # the streamed upload was aborted
