@@ -299,7 +299,7 @@ def _raise_terminated(signum, frame):
 @image_options
 @click.option("--pack-label", is_flag=True, help="Store every label of a line that has several (flag = label count), as im2rec.py.")
 @click.option("--label-width", type=click.IntRange(min=1), default=None, help="Require exactly N labels on every line and store them all (for ImageRecordIter(label_width=N) and DALI).")
-@click.option("--layout", type=click.Choice(["plain", "insightface"]), default="plain", show_default=True, help="plain: im2rec.py's (keys = list indices); insightface: face-recognition training sets as insightface's RecBuilder writes them (labels = integer identity ids; header and identity records, a property file).")
+@click.option("--layout", type=click.Choice(recordio.LAYOUTS), default="plain", show_default=True, help="plain: im2rec.py's (keys = list indices); insightface: face-recognition training sets as insightface's RecBuilder writes them (labels = integer identity ids; header and identity records, a property file).")
 @click.option("--allow-outside-root", is_flag=True, help="Accept list paths that are absolute or climb out of ROOT with '..' (refused by default: a list from elsewhere could pull any readable file into the .rec).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Worker processes [default: every core].")
 @click.option("--strict", is_flag=True, help="Exit with status 1 if any image failed (the outputs are still written).")
@@ -449,7 +449,7 @@ def _pack_with_dask(lst, root, out, options, address, num_parts, merge, strict, 
 @main.command("merge")
 @click.argument("out", type=click.Path(dir_okay=False))
 @click.argument("parts", nargs=-1, required=True, type=_PathOrURL())
-@click.option("--layout", type=click.Choice(["plain", "insightface"]), default=None, help="[default: the parts' own: insightface for the parts of a `pack --layout insightface` run (each has a .layout file beside it), whose merged images are laid out as one face set; else plain]")
+@click.option("--layout", type=click.Choice(recordio.LAYOUTS), default=None, help="[default: the parts' own: insightface for the parts of a `pack --layout insightface` run (each has a .layout file beside it), whose merged images are laid out as one face set; else plain]")
 @click.option("--overwrite", is_flag=True, help="Replace an existing OUT.")
 @quiet_option
 @storage_option
@@ -557,7 +557,7 @@ class _ExportBar(exchange.ExportProgress):
 @click.argument("out", metavar="OUT.rec", type=click.Path(dir_okay=False))
 @click.option("--format", "fmt", type=click.Choice(exchange.FORMATS), default=None, help="What SRC holds: webdataset tar shards, parquet files, an mds or a litdata folder [default: what SRC/im2rec.json says, for an export's folder; else webdataset for a .tar, parquet for a .parquet].")
 @click.option("--label-field", default=None, help="The field (tar extension, column) that holds the label [default: json's 'label', else the first of cls, label, class, target, y, ...; see the README].")
-@click.option("--layout", type=click.Choice(["plain", "insightface"]), default=None, help="plain: keys as exported (or 0..N-1); insightface: RecBuilder's face-recognition layout [default: the source's, from its im2rec.json, else plain].")
+@click.option("--layout", type=click.Choice(recordio.LAYOUTS), default=None, help="plain: keys as exported (or 0..N-1); insightface: RecBuilder's face-recognition layout [default: the source's, from its im2rec.json, else plain].")
 @image_options
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Worker processes when image options re-encode [default: every core].")
 @click.option("--strict", is_flag=True, help="Exit with status 1 if any sample failed (the outputs are still written).")
@@ -625,7 +625,7 @@ def import_command(src, out, fmt, label_field, layout, image_options, workers, s
 @main.command("convert")
 @click.argument("inp", metavar="IN.rec", type=_PathOrURL())
 @click.argument("out", metavar="OUT.rec", type=_Output())
-@click.option("--layout", type=click.Choice(["plain", "insightface"]), required=True, help="plain: images only, keys 0..N-1 (for DALI); insightface: RecBuilder's layout (integer labels).")
+@click.option("--layout", type=click.Choice(recordio.LAYOUTS), required=True, help="plain: images only, keys 0..N-1 (for DALI); insightface: RecBuilder's layout (integer labels).")
 @click.option("--shuffle", is_flag=True, help="plain: the images in a seeded random order, as insightface's shuffle_rec.py.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --shuffle (numpy's RandomState): --seed 0 gives shuffle_rec.py's order after np.random.seed(0).")
 @click.option("--overwrite", is_flag=True, help="Replace existing outputs.")
@@ -666,7 +666,7 @@ def convert_command(inp, out, layout, shuffle, seed, overwrite, quiet, storage_o
 @click.argument("out", metavar="OUT.rec", type=_Output())
 @click.argument("inputs", metavar="IN.rec...", nargs=-1, required=True, type=_PathOrURL())
 @click.option("--labels", type=click.Choice(["offset", "keep"]), default="offset", show_default=True, help="offset: shift each input's labels past the previous inputs' classes, so identities never collide; keep: one label space shared by the inputs.")
-@click.option("--layout", type=click.Choice(["plain", "insightface"]), default=None, help="[default: insightface if every input is, else plain]")
+@click.option("--layout", type=click.Choice(recordio.LAYOUTS), default=None, help="[default: insightface if every input is, else plain]")
 @click.option("--overwrite", is_flag=True, help="Replace existing outputs.")
 @quiet_option
 @storage_option

@@ -32,7 +32,7 @@ from . import storage
 from .cache import BlockCache
 from .errors import HeaderError, Im2recError, ImageError, StorageError, TruncatedRecordError
 from .image import JPEG_DAMAGE, decode_said, opencv
-from .recordio import IRHEADER_SIZE, IRHEADER_STRUCT, IRHeader, RecordReader, idx_path_of, insightface_header, unpack
+from .recordio import IRHEADER_SIZE, IRHEADER_STRUCT, IRHeader, RecordReader, header_size, idx_path_of, insightface_header, unpack
 
 __all__ = ["MODES", "RecordDataset", "idx_path_of", "insightface_header"]
 
@@ -356,7 +356,7 @@ class RecordDataset:
         if len(payload) < IRHEADER_SIZE:
             raise HeaderError(f"{path}: record at byte {offset} is too short for an IRHeader ({len(payload)} bytes)", offset)
         flag, label, id1, id2 = IRHEADER_STRUCT.unpack_from(payload)
-        start = IRHEADER_SIZE + 4 * flag
+        start = header_size(flag)
         if flag:
             if len(payload) < start:
                 raise HeaderError(f"{path}: record at byte {offset} is too short for its {flag} labels", offset)
@@ -422,7 +422,7 @@ class RecordDataset:
             self._prefetch([i], wait=False)
         head = reader.head_at(int(self._offsets[i]), IRHEADER_SIZE)
         flag = IRHEADER_STRUCT.unpack_from(head)[0] if len(head) >= IRHEADER_SIZE else 0
-        return unpack(reader.head_at(int(self._offsets[i]), IRHEADER_SIZE + 4 * flag))[0]
+        return unpack(reader.head_at(int(self._offsets[i]), header_size(flag)))[0]
 
     def __getitem__(self, i: int) -> tuple[Any, Any]:
         i = self._index(i)
@@ -479,7 +479,7 @@ class RecordDataset:
             first, end = self.insightface
             ranges = np.zeros((end - first, 2), dtype=np.int64)
             for row, key in enumerate(range(first, end)):
-                header = unpack(reader.head_at(reader.require_index().offset(key), IRHEADER_SIZE + 8))[0]
+                header = unpack(reader.head_at(reader.require_index().offset(key), header_size(2)))[0]  # an identity record: two labels, its range
                 ranges[row] = np.asarray(header.label, dtype=np.float64)[:2]
             self._identities = ranges
         return self._identities

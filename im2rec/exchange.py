@@ -35,6 +35,7 @@ from .bridges import FORMATS, Batch, DatasetMeta, Sample, default_flag, read_met
 from .errors import Im2recError, OptionError, OutputExistsError, RecordIOError
 from .fsutil import atomic_open, make_parents, start_writeback
 from .inspection import Problem
+from .lst import find_classes, format_classes, read_classes
 from .packing import Checked, PackOptions, PackSummary, Progress, Task, pack_source
 from .recordio import IRHEADER_SIZE, RecordReader, idx_path_of, insightface_header, read_headers, unpack
 from .text import plural
@@ -137,8 +138,6 @@ def _inputs(src: str, storage_options: dict | None) -> list[str]:
 def _classes(src: str, storage_options: dict | None, given: str | None = None) -> dict[int, str]:
     """label -> class name: from ``given`` (a ``label TAB name`` file), else the ``PREFIX.classes.tsv``
     that ``im2rec list`` wrote beside ``src``, else none."""
-    from .sheet import find_classes, read_classes
-
     found = given or find_classes(src, storage_options)
     if found is None:
         return {}
@@ -444,7 +443,7 @@ def import_samples(src: str, out_rec: str, fmt: str, options: PackOptions | None
     classes_path = None
     if classes and summary.complete:
         classes_path = recordio.sibling(out_rec, "classes")
-        _write_text(classes_path, "".join(f"{i}\t{n}\n" for i, n in sorted(classes.items())), opts.storage_options)
+        _write_text(classes_path, format_classes(sorted(classes.items())), opts.storage_options)
     if opts.layout == "insightface" and opts.image.pass_through and meta is not None and meta.property and summary.complete and not summary.already_complete:
         # the images as they were: the source's property (re-encoded ones get the one pack computes)
         _write_text(recordio.sibling(out_rec, "property"), meta.property + "\n", opts.storage_options)

@@ -28,7 +28,9 @@ from .recordio import (
     MAGIC,
     RecordIndex,
     RecordReader,
+    cflag_of,
     format_index,
+    header_size,
     idx_path_of,
     insightface_header,
     read_index,
@@ -113,7 +115,7 @@ def _read_header(reader: RecordReader, offset: int) -> tuple[Any, int, list[tupl
         raise HeaderError(f"record of {len(head)} bytes is too short for an IRHeader")
     flag = int.from_bytes(head[:4], "little")
     if flag:
-        head = reader.head_at(offset, IRHEADER_SIZE + 4 * flag)
+        head = reader.head_at(offset, header_size(flag))
     return unpack(head)[0], length, parts
 
 
@@ -244,7 +246,7 @@ def inspect_rec(rec: str, sample: int = 200, seed: int = 0, storage_options: dic
     chosen = random.Random(seed).sample(images, min(sample, len(images)))
     for key, offset, flag in chosen:
         try:
-            head = bytes(reader.head_at(offset, IRHEADER_SIZE + 4 * flag + 256 * 1024))[IRHEADER_SIZE + 4 * flag :]
+            head = bytes(reader.head_at(offset, header_size(flag) + 256 * 1024))[header_size(flag) :]
         except RecordIOError as e:
             problems.append(Problem(offset, key, _reason(e, reader.path)))
             continue
@@ -405,7 +407,7 @@ def _stray_heads(reader: RecordReader, parts: np.ndarray) -> Iterator[int]:
         del words
         if found.size:
             for pos in np.setdiff1d(found, parts, assume_unique=True).tolist():
-                if pos + 8 <= size and (int.from_bytes(source[pos + 4 : pos + 8], "little") >> 29) in (0, 1):
+                if pos + 8 <= size and cflag_of(int.from_bytes(source[pos + 4 : pos + 8], "little")) in (0, 1):
                     yield pos
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from . import storage
 from .errors import ListingError, OptionError
 from .fsutil import commit, make_parents, remove_quietly, temp_path
-from .lst import ListEntry, unstorable_reason, write_lst
+from .lst import ListEntry, format_classes, unstorable_reason, write_lst
 from .text import plural
 
 __all__ = ["ListOptions", "ListResult", "Scan", "Skipped", "list_names", "make_lists", "normalize_exts", "scan_images", "skipped_exts_line"]
@@ -356,7 +356,7 @@ def make_lists(root: str, prefix: str, options: ListOptions = ListOptions(), sto
             tmp = temp_path(classes_path)
             tmps.append((tmp, classes_path))
             with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-                f.writelines(f"{label}\t{folder}\n" for label, folder in scan.classes)
+                f.write(format_classes(scan.classes))
         for tmp, path in tmps:
             commit(tmp, path)
     except OSError as e:

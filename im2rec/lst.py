@@ -15,13 +15,16 @@ values.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Iterator
 from typing import IO, NamedTuple, Union
 
-from .errors import ListFormatError
+from . import storage
+from .errors import Im2recError, ListFormatError
+from .recordio import SIBLINGS
 from .text import plural
 
-__all__ = ["ListEntry", "format_entry", "parse_line", "read_lst", "unstorable_reason", "write_lst"]
+__all__ = ["ListEntry", "find_classes", "format_classes", "format_entry", "parse_line", "read_classes", "read_lst", "unstorable_reason", "write_lst"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -185,3 +188,47 @@ def read_lst(path: PathLike) -> list[ListEntry]:
         OSError: the file cannot be read.
     """
     return [entry for _, entry in iter_lst(path)]
+
+
+# --------------------------------------------------------------------------- PREFIX.classes.tsv
+# ``im2rec list`` writes the class folders beside its lists, ``label TAB folder`` a line; the
+# contact sheet, ``export`` and ``import`` read it.
+
+#: What a derived file adds to its list's prefix: a split, a chunk, a part or a shard.
+_DERIVED_SUFFIX = re.compile(r"(_(train|val|test)|_\d+|-\d{5}-of-\d{5}|-\d{5})$")
+
+
+def format_classes(pairs: Iterable[tuple[int | float, str]]) -> str:
+    """The text of a ``PREFIX.classes.tsv``: ``label TAB name`` lines, in the order given."""
+    return "".join(f"{label}\t{name}\n" for label, name in pairs)
+
+
+def find_classes(path: str, storage_options: dict | None = None) -> str | None:
+    """The ``PREFIX.classes.tsv`` that ``im2rec list`` wrote for the list or ``.rec`` at ``path``
+    (a path or a URL), if there is one."""
+    stem = os.path.splitext(path)[0]
+    while True:
+        candidate = stem + SIBLINGS["classes"]
+        if storage.there(candidate, storage_options):
+            return candidate
+        shorter = _DERIVED_SUFFIX.sub("", stem)
+        if shorter == stem:
+            return None
+        stem = shorter
+
+
+def read_classes(path: str, storage_options: dict | None = None) -> dict[float, str]:
+    """``label -> folder`` from a ``label TAB folder`` file (a path or a URL).
+
+    Raises:
+        Im2recError: a line is not ``label TAB folder``, naming ``file:line``.
+    """
+    names: dict[float, str] = {}
+    text = storage.read_any(path, storage_options).decode("utf-8")
+    for lineno, line in enumerate(text.splitlines(), 1):
+        fields = line.split("\t")
+        try:
+            names[float(fields[0])] = fields[1]
+        except (ValueError, IndexError):
+            raise Im2recError(f"{path}:{lineno}: expected 'label<TAB>folder', got {line.rstrip()!r}") from None
+    return names

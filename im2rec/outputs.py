@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
 from . import storage
-from .errors import OutputExistsError, PackError
+from .errors import IndexFormatError, OutputExistsError, PackError
 from .fsutil import WriteBehind, commit, make_parents, remove_quietly
-from .recordio import IRHEADER_SIZE, RecordReader, RecordWriter, format_index, sibling, unpack
+from .recordio import IRHEADER_SIZE, RecordReader, RecordWriter, format_index, parse_index, sibling, unpack
 
 __all__ = [
     "FAILED_HEADER",
@@ -316,11 +316,12 @@ class PackFiles:
         listed: dict[int, Any] = {}
         idx_p = partial(self.out.idx)
         if os.path.exists(idx_p):
-            with open(idx_p, encoding="utf-8") as f:
-                for line in f:
-                    fields = line.rstrip("\n").split("\t")
-                    if len(fields) == 2 and fields[1].isdigit():
-                        listed[int(fields[1])] = int(fields[0]) if fields[0].isdigit() else fields[0]
+            with open(idx_p, "rb") as f:
+                text = f.read()
+            whole = text[: text.rfind(b"\n") + 1]  # a line the killed run did not finish is left out
+            with contextlib.suppress(IndexFormatError):  # a damaged one: the records are keyed again below
+                index = parse_index(whole, idx_p, _key_of)
+                listed = dict(zip(index.offsets.tolist(), index.key_list))
         end, keys, offsets = 0, [], []
         keys_are_ids = True
         with RecordReader(partial(self.out.rec)) as reader:
@@ -395,3 +396,8 @@ def _changed(saved: dict, now: dict) -> list[str]:
         flag = {"reduced_decode": "--full-decode", "part": "--part-index/--num-parts"}
         changed += [flag.get(k, f"--{k.replace('_', '-')}") for k in new_opts if k != "image" and old_opts.get(k) != new_opts[k]]
     return changed
+
+
+def _key_of(word: str) -> int | str:
+    """An ``.idx`` key as a resumed run reads it back: a number where it is one (pack's keys), else the text."""
+    return int(word) if word.isdigit() else word

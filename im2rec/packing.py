@@ -153,7 +153,7 @@ class PackOptions:
             raise OptionError(f"--shard-size must be positive, got {self.shard_size}", "--shard-size")
         if self.shard_size is not None and (self.part_index is not None or self.resume):
             raise OptionError("--shard-size cannot be combined with --part-index, --dask or --resume")
-        if self.layout not in ("plain", "insightface"):
+        if self.layout not in recordio.LAYOUTS:
             raise ValueError(f"layout must be 'plain' or 'insightface', got {self.layout!r}")
         if self.layout == "insightface" and (self.shard_size is not None or self.pack_label or (self.label_width or 1) > 1):
             raise OptionError("--layout insightface has one identity label per image: no --shard-size, --pack-label or --label-width N")
@@ -445,7 +445,7 @@ def _write(results: Iterable[Result], sink: RecordSink, failures: FailureList, s
         if result.framed is not None:
             sink.write_framed_idx(task.index, result.framed)
             summary.packed += 1
-            if result.framed[7] >> 5 == 1 and recordio.framed_splits_header(result.framed):  # byte 7: the cflag bits
+            if recordio.framed_splits_header(result.framed):
                 summary.header_split.append(task.index)
             if result.transparent:
                 summary.transparent += 1

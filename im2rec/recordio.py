@@ -47,7 +47,7 @@ import os
 import struct
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import IO, TYPE_CHECKING, Any, NamedTuple, Protocol, Union
+from typing import IO, TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, Union
 
 import numpy as np
 
@@ -69,8 +69,10 @@ if TYPE_CHECKING:
     from .storage import RemoteSource
 
 __all__ = [
+    "IRHEADER_SIZE",
     "MAGIC",
     "MAX_RECORD_SIZE",
+    "PART_HEAD_SIZE",
     "SIBLINGS",
     "Headers",
     "IRHeader",
@@ -81,12 +83,16 @@ __all__ = [
     "RecordIndex",
     "RecordReader",
     "RecordWriter",
+    "cflag_of",
     "format_index",
     "frame",
+    "header_size",
     "idx_path_of",
     "insightface_header",
+    "length_of",
     "pack",
     "pack_img",
+    "parse_index",
     "read_headers",
     "read_index",
     "sibling",
@@ -110,6 +116,24 @@ _IOV_MAX = 1024  # buffers per writev call (Linux's IOV_MAX)
 
 IRHEADER_STRUCT = struct.Struct("<IfQQ")  # flag, label, id, id2
 IRHEADER_SIZE = IRHEADER_STRUCT.size  # 24
+_Word = TypeVar("_Word", int, np.ndarray)  # a header word, or an array of them
+#: Bytes in front of every part: the magic, then lrec (the cflag in its top 3 bits, the length below).
+PART_HEAD_SIZE = _PART_HEAD.size  # 8
+
+
+def cflag_of(lrec: _Word) -> _Word:
+    """A part's continuation flag, from its lrec word: 0 whole, 1 first, 2 middle, 3 last (numpy arrays too)."""
+    return lrec >> 29
+
+
+def length_of(lrec: _Word) -> _Word:
+    """A part's length in bytes, from its lrec word (numpy arrays too)."""
+    return lrec & LENGTH_MASK
+
+
+def header_size(flag: _Word) -> _Word:
+    """Bytes of an IRHeader followed by ``flag`` float32 labels (flag 0: the one label inside it); numpy arrays too."""
+    return IRHEADER_SIZE + 4 * flag
 #: A record in one part with its IRHeader, as numpy sees its first 32 bytes: the part
 #: header, then the IRHeader (what ``faces`` rewrites in place when it copies records).
 RECORD_HEAD = np.dtype([("magic", "<u4"), ("lrec", "<u4"), ("flag", "<u4"), ("label", "<f4"), ("id", "<u8"), ("id2", "<u8")])
@@ -194,7 +218,7 @@ def unpack(s: bytes) -> tuple[IRHeader, bytes]:
     flag = header.flag
     if flag == 0:
         return header, s[IRHEADER_SIZE:]
-    end = IRHEADER_SIZE + 4 * flag
+    end = header_size(flag)
     if len(s) < end:
         raise HeaderError(
             f"record of {len(s)} bytes is too short for its IRHeader with flag {flag} "
@@ -329,7 +353,7 @@ def splits_header(first_part_length: int, flag: int) -> bool:
     MXNet writes the same bytes and reads them back. DALI's ``fn.readers.mxnet`` reads
     the 24-byte header straight after the first part header, and fails on such records.
     """
-    return first_part_length < IRHEADER_SIZE + 4 * flag
+    return first_part_length < header_size(flag)
 
 
 def _first_part_splits_header(length: int, head: bytes) -> bool:
@@ -340,9 +364,9 @@ def _first_part_splits_header(length: int, head: bytes) -> bool:
 def framed_splits_header(framed: bytes) -> bool:
     """``splits_header`` for a record as ``frame`` returns it (cheap unless it is multi-part)."""
     lrec = int.from_bytes(framed[4:8], "little")
-    if lrec >> 29 != 1:
+    if cflag_of(lrec) != 1:
         return False
-    return _first_part_splits_header(lrec & LENGTH_MASK, framed[8:12])
+    return _first_part_splits_header(length_of(lrec), framed[8:12])
 
 
 def record_splits_header(reader: RecordReader, offset: int) -> bool:
@@ -756,6 +780,15 @@ def read_index(path: PathLike, key_type: Callable[[str], Any] = int, storage_opt
     else:
         with open(path, "rb") as f:
             data = f.read()
+    return parse_index(data, path, key_type)
+
+
+def parse_index(data: bytes, path: str, key_type: Callable[[str], Any] = int) -> RecordIndex:
+    """A RecordIndex from the text of a ``.idx`` (``path`` names it in errors); see ``read_index``.
+
+    Raises:
+        IndexFormatError: a line is not ``key<TAB>offset``, naming ``path:line``.
+    """
     if key_type is int:
         pairs = _parse_index_fast(data)
         if pairs is not None:
@@ -1099,14 +1132,14 @@ class RecordReader:
                 f"{self.path}: no record at byte {pos}: expected the magic 0xced7230a, found 0x{magic:08x}",
                 pos,
             )
-        length = lrec & LENGTH_MASK
+        length = length_of(lrec)
         if pos + 8 + ((length + 3) & ~3) > size:
             raise TruncatedRecordError(
                 f"{self.path}: truncated record at byte {record}: the part at byte {pos} holds "
                 f"{length} bytes but the file ends {size - pos - 8} bytes after its header",
                 pos,
             )
-        return lrec >> 29, length
+        return cflag_of(lrec), length
 
     def read_at(self, pos: int) -> tuple[bytes, int]:
         """Read the record whose first part header is at byte ``pos``.
@@ -1274,7 +1307,7 @@ class RecordReader:
             i = mm.find(MAGIC_BYTES, pos)
             if i < 0 or i + 8 > size:
                 break
-            if i & 3 == 0 and (self._head(i)[1] >> 29) in (0, 1):
+            if i & 3 == 0 and cflag_of(self._head(i)[1]) in (0, 1):
                 return i
             pos = (i + 4) & ~3 if i & 3 == 0 else (i + 3) & ~3
         return size
@@ -1326,7 +1359,7 @@ def insightface_header(reader: RecordReader) -> tuple[int, int] | None:
     flag = IRHEADER_STRUCT.unpack_from(head)[0]
     if flag < 2:
         return None
-    if len(reader.head_at(index.offset(0), IRHEADER_SIZE + 4 * flag + 1)) > IRHEADER_SIZE + 4 * flag:
+    if len(reader.head_at(index.offset(0), header_size(flag) + 1)) > header_size(flag):
         return None  # an image follows the labels
     first, end = struct.unpack_from("<ff", head, IRHEADER_SIZE)
     if not (1 <= first <= end) or first != int(first) or end != int(end):
@@ -1376,13 +1409,13 @@ def read_headers(reader: RecordReader, offsets: np.ndarray, damaged: list[tuple[
         ok = w + 1 < len(words)
         w_ok = np.where(ok, w, 0)
         magic, lrec = words[w_ok], words[w_ok + 1]
-        length = (lrec & LENGTH_MASK).astype(np.int64)
-        single = ok & (magic == MAGIC) & ((lrec >> 29) == 0) & (length >= IRHEADER_SIZE)
+        length = length_of(lrec).astype(np.int64)
+        single = ok & (magic == MAGIC) & (cflag_of(lrec) == 0) & (length >= IRHEADER_SIZE)
         single &= offsets + 8 + length <= reader.size
         head = np.where(single, w, 0)[:, None] + np.arange(2, 8)[None, :]
         h = words[head]  # flag, label, id lo, id hi, id2 lo, id2 hi
         flag = h[:, 0].astype(np.int64)
-        single &= length >= IRHEADER_SIZE + 4 * flag
+        single &= length >= header_size(flag)
         label = h[:, 1].view(np.float32).astype(np.float64)
         has_labels = single & (flag > 0)
         if has_labels.any():  # label[0], after the header
@@ -1391,7 +1424,7 @@ def read_headers(reader: RecordReader, offsets: np.ndarray, damaged: list[tuple[
         out.label[:] = label
         out.id[:] = h[:, 2].astype(np.uint64) | (h[:, 3].astype(np.uint64) << np.uint64(32))
         out.id2[:] = h[:, 4].astype(np.uint64) | (h[:, 5].astype(np.uint64) << np.uint64(32))
-        out.body[:] = IRHEADER_SIZE + 4 * flag
+        out.body[:] = header_size(flag)
         out.length[:] = length
         out.single[:] = single
         del h, head, magic, lrec
@@ -1415,7 +1448,7 @@ def read_headers(reader: RecordReader, offsets: np.ndarray, damaged: list[tuple[
             continue
         out.label[i] = float(header.label[0]) if header.flag else float(header.label)
         out.id[i], out.id2[i] = header.id, header.id2
-        out.body[i] = IRHEADER_SIZE + 4 * header.flag
+        out.body[i] = header_size(header.flag)
         out.length[i] = len(payload)
     return out
 

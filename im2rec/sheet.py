@@ -12,21 +12,20 @@ from __future__ import annotations
 import math
 import os
 import random
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from . import storage
 from .errors import HeaderError, Im2recError, ImageError, RecordIOError
 from .fsutil import atomic_open
 from .image import ImageOptions, decode, opencv
 from .inspection import Problem, label_name, open_rec, record_entries
-from .recordio import SIBLINGS, RecordReader, insightface_header, unpack
+from .lst import find_classes, read_classes
+from .recordio import RecordReader, insightface_header, unpack
 
-__all__ = ["SheetResult", "contact_sheet", "find_classes", "read_classes"]
+__all__ = ["SheetResult", "contact_sheet"]
 
 CAPTION = 18  # pixels under each tile
 PAD = 4  # pixels between tiles and around the sheet
@@ -35,7 +34,6 @@ MARK = (40, 40, 200)  # BGR red: a record that could not be shown
 
 # Where ``im2rec list PREFIX`` puts its class map, seen from the names that come after it:
 # PREFIX_train.rec, PREFIX_0_val.rec, PREFIX-00001-of-00004.rec (a part), PREFIX-00002.rec (a shard).
-_DERIVED_SUFFIX = re.compile(r"(_(train|val|test)|_\d+|-\d{5}-of-\d{5}|-\d{5})$")
 
 
 @dataclass
@@ -50,37 +48,6 @@ class SheetResult:
     width: int = 0
     height: int = 0
     classes: str | None = None  # the class map used for captions
-
-
-def find_classes(path: str, storage_options: dict | None = None) -> str | None:
-    """The ``PREFIX.classes.tsv`` that ``im2rec list`` wrote for the list or ``.rec`` at ``path``
-    (a path or a URL), if there is one."""
-    stem = os.path.splitext(path)[0]
-    while True:
-        candidate = stem + SIBLINGS["classes"]
-        if storage.there(candidate, storage_options):
-            return candidate
-        shorter = _DERIVED_SUFFIX.sub("", stem)
-        if shorter == stem:
-            return None
-        stem = shorter
-
-
-def read_classes(path: str, storage_options: dict | None = None) -> dict[float, str]:
-    """``label -> folder`` from a ``label TAB folder`` file (a path or a URL).
-
-    Raises:
-        Im2recError: a line is not ``label TAB folder``, naming ``file:line``.
-    """
-    names: dict[float, str] = {}
-    text = storage.read_any(path, storage_options).decode("utf-8")
-    for lineno, line in enumerate(text.splitlines(), 1):
-        fields = line.split("\t")
-        try:
-            names[float(fields[0])] = fields[1]
-        except (ValueError, IndexError):
-            raise Im2recError(f"{path}:{lineno}: expected 'label<TAB>folder', got {line.rstrip()!r}") from None
-    return names
 
 
 def _caption(key: Any, labels: Sequence[float], names: dict[float, str]) -> str:

@@ -21,6 +21,16 @@ settings.load_profile("im2rec")
 DATA = Path(__file__).parent / "data"
 
 
+def run(*args):
+    """``im2rec ARGS`` through click's CliRunner (arguments str()-ed): the result's ``exit_code``,
+    ``stdout``, ``stderr`` and ``output``."""
+    from click.testing import CliRunner
+
+    from im2rec.cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """Golden files written by MXNet 1.9.1, copied from ../shared/golden."""

@@ -13,20 +13,13 @@ import shutil
 import tracemalloc
 
 import pytest
-from click.testing import CliRunner
-from conftest import DATA, deadline
+from conftest import DATA, deadline, run
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-
-from im2rec.cli import main
 
 SOURCE = DATA / "im2rec_pack_pass" / "all.rec"
 MEMORY = 200 * 2**20  # bytes Python may allocate while reading a damaged source of 0.2 MB
 FORMATS = ["webdataset", "parquet", "mds", "litdata"]
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 @pytest.fixture(scope="module")

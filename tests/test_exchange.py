@@ -14,19 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
-from conftest import s3_endpoint
+from conftest import run, s3_endpoint
 
 from im2rec import exchange, recordio
-from im2rec.cli import main
 from im2rec.image import ImageOptions
 from im2rec.packing import PackOptions, Progress
 
 FORMATS = ["webdataset", "parquet", "mds", "litdata"]
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def needs(fmt):

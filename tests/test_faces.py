@@ -13,10 +13,9 @@ import sys
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from conftest import run
 
 from im2rec import recordio
-from im2rec.cli import main
 from im2rec.lst import ListEntry, read_lst, write_lst
 
 GOLDEN_PERMUTATION = [11, 2, 9, 19, 15, 17, 7, 5, 3, 6, 14, 10, 8, 18, 12, 4, 1, 16, 13]  # README: np.random.seed(0)
@@ -25,10 +24,6 @@ GOLDEN_PERMUTATION = [11, 2, 9, 19, 15, 17, 7, 5, 3, 6, 14, 10, 8, 18, 12, 4, 1,
 @pytest.fixture(scope="module")
 def face(data_dir):
     return data_dir / "insightface"
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def same(a, b):

@@ -13,16 +13,10 @@ import time
 import cv2
 import numpy as np
 import pytest
-from click.testing import CliRunner
-from conftest import deadline
+from conftest import deadline, run
 
 from im2rec import recordio
-from im2rec.cli import main
 from im2rec.lst import ListEntry, write_lst
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def cli(*args, **kwargs):
@@ -379,12 +373,12 @@ def test_resume_with_torn_record_and_lagging_idx(data_dir, tmp_path):
     lst = data_dir / "im2rec" / "all.lst"
     args = ["--pass-through"]
     assert run("pack", lst, data_dir / "tree", tmp_path / "ref.rec", *args).exit_code == 0
-    # Fake an interrupted run: a partial .rec cut inside its 6th record, an .idx lagging 2 records behind.
+    # Fake an interrupted run: a partial .rec cut inside its 6th record, an .idx lagging 2 records behind, its last line torn.
     assert run("pack", lst, data_dir / "tree", tmp_path / "o.rec", *args).exit_code == 0
     rec, idx = (tmp_path / "o.rec").read_bytes(), (tmp_path / "o.idx").read_text().splitlines()
     sixth = int(idx[5].split("\t")[1])
     (tmp_path / "o.rec.partial").write_bytes(rec[: sixth + 100])
-    (tmp_path / "o.idx.partial").write_text("\n".join(idx[:3]) + "\n")
+    (tmp_path / "o.idx.partial").write_text("\n".join(idx[:3]) + "\n" + idx[3][:-2])  # and a line the kill cut short
     (tmp_path / "o.failed.tsv.partial").write_text("index\tpath\treason\n")
     (tmp_path / "o.rec").rename(tmp_path / "keep.rec")
     (tmp_path / "o.idx").unlink()

@@ -8,15 +8,10 @@ import struct
 import cv2
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from conftest import run
 from test_dataset import make_insightface
 
 from im2rec import recordio
-from im2rec.cli import main
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 @pytest.fixture
@@ -324,7 +319,8 @@ def test_contact_sheet_size_tiles_and_class_captions(listed_and_packed, tmp_path
 
 
 def test_contact_sheet_captions_use_folder_names(listed_and_packed, tmp_path):
-    from im2rec.sheet import _caption, find_classes, read_classes
+    from im2rec.lst import find_classes, read_classes
+    from im2rec.sheet import _caption
 
     rec = listed_and_packed
     assert find_classes(str(rec)) == str(tmp_path / "ds.classes.tsv")

@@ -5,18 +5,11 @@ import shutil
 from collections import Counter
 
 import pytest
-from click.testing import CliRunner
+from conftest import run
 
-from im2rec.cli import main
 from im2rec.errors import OptionError
 from im2rec.listing import ListOptions, make_lists, scan_images
 from im2rec.lst import read_lst
-
-
-def run(*args):
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    return result
-
 
 # (golden name, our CLI options, files im2rec.py wrote); args in manifest.json "im2rec_list"
 GOLDEN = [

@@ -8,15 +8,10 @@ import zlib
 import cv2
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from conftest import run
 
 from im2rec import recordio
-from im2rec.cli import main
 from im2rec.lst import ListEntry, read_lst, write_lst
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def records(rec):

@@ -7,16 +7,13 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+from conftest import run
 
 from im2rec import recordio
 from im2rec.cli import main
 from im2rec.dataset import RecordDataset
 from im2rec.lst import ListEntry, read_lst, write_lst
 from im2rec.shards import parse_size, part_path
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 @pytest.fixture(scope="module")

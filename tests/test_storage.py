@@ -12,11 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
-from conftest import deadline, s3_endpoint
+from conftest import deadline, run, s3_endpoint
 
 from im2rec import recordio
-from im2rec.cli import main
 from im2rec.storage import RemoteSource, StorageError, is_url, merge_options, parse_storage_option
 
 s3fs = pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'im2rec[s3]')")
@@ -49,10 +47,6 @@ def s3(data_dir):
         fs.pipe_file("data/tree/dogs/logo.svg", b"<svg/>")
         yield endpoint
         _STORE.clear()
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def test_urls_and_options():
