@@ -36,6 +36,7 @@ from .errors import Im2recError, OptionError, OutputExistsError, RecordIOError
 from .fsutil import atomic_open, make_parents, start_writeback
 from .inspection import Problem
 from .lst import find_classes, format_classes, read_classes
+from .outputs import partial
 from .packing import Checked, PackOptions, PackSummary, Progress, Task, pack_source
 from .recordio import IRHEADER_SIZE, RecordReader, idx_path_of, insightface_header, read_headers, unpack
 from .text import plural
@@ -229,15 +230,14 @@ class _Out:
             self.existing = storage.list_files(self.out, recursive=True, storage_options=storage_options) if storage.exists(self.out, storage_options) else []
             if self.existing and not overwrite:
                 raise OutputExistsError(storage.join(self.out, self.existing[0]))
-            import hashlib
 
-            self.folder = os.path.join(storage.staging_base(), "export-" + hashlib.sha256(self.out.encode()).hexdigest()[:16])
+            self.folder = storage.staging_dir(self.out, "export-")
             shutil.rmtree(self.folder, ignore_errors=True)
         else:
             if os.path.exists(self.out) and not overwrite and (not os.path.isdir(self.out) or os.listdir(self.out)):
                 raise OutputExistsError(self.out)
             make_parents(self.out)
-            self.folder = self.out + ".partial"
+            self.folder = partial(self.out)
             shutil.rmtree(self.folder, ignore_errors=True)
         os.makedirs(self.folder)
 

@@ -64,9 +64,13 @@ class RecordSink(Protocol):
         ...
 
 
+#: What an output's name ends with while it grows, until it is complete (``partial``).
+PARTIAL_SUFFIX = ".partial"
+
+
 def partial(path: str) -> str:
     """The name ``path`` grows under until it is complete."""
-    return path + ".partial"
+    return path + PARTIAL_SUFFIX
 
 
 def make_output_folder(path: str) -> None:

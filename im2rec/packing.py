@@ -54,7 +54,7 @@ from .errors import Im2recError, ImageError, ListFormatError, OptionError, Outpu
 from .fsutil import atomic_open, commit, make_parents, remove_quietly
 from .image import ImageOptions, format_color, init_worker, transform_image
 from .lst import format_label, iter_lst
-from .outputs import FailureList, Outputs, PackFiles, RecordSink, kind_of, make_output_folder, partial, refuse_existing
+from .outputs import PARTIAL_SUFFIX, FailureList, Outputs, PackFiles, RecordSink, kind_of, make_output_folder, partial, refuse_existing
 from .pool import OrderedPool
 from .shards import ShardedWriter, existing_shard_outputs, layout_path, manifest_path, part_path
 from .text import plural
@@ -531,7 +531,7 @@ class _Files(_Destination):
         if not self.opts.shard_size:
             return
         existing = self._shard_outputs()
-        unfinished = [p for p in existing if p.endswith(".partial")]
+        unfinished = [p for p in existing if p.endswith(PARTIAL_SUFFIX)]
         if unfinished and not self.opts.overwrite:
             raise PackError(f"{unfinished[0]} is left from an interrupted --shard-size run, which cannot be resumed: pass --overwrite to start again")
         refuse_existing(existing, self.opts.overwrite)
@@ -584,12 +584,6 @@ class _Layout(_Destination):
         summary.already_complete = False
 
 
-def staging_dir(url: str) -> str:
-    """The local folder where the outputs for ``url`` grow (kept for ``--resume``), then are uploaded from:
-    a sub-folder of ``storage.staging_base()`` per output URL."""
-    return os.path.join(storage.staging_base(), hashlib.sha256(url.encode()).hexdigest()[:16])
-
-
 class _Upload(_Destination):
     """A URL output: the loop writes in a local staging folder (kept for ``--resume``), and
     ``finish`` uploads each output so that it appears under its URL only complete (a
@@ -603,7 +597,7 @@ class _Upload(_Destination):
         storage.check_bucket(out_url, opts.storage_options)
         self.opts = opts
         self.folder = out_url.rsplit("/", 1)[0]
-        self.inner = _destination(os.path.join(staging_dir(out_url), posixpath.basename(out_url)), opts)
+        self.inner = _destination(os.path.join(storage.staging_dir(out_url), posixpath.basename(out_url)), opts)
         self.loop, staged = self.inner.loop, self.inner.final
         self.final = Outputs.for_rec(storage.join(self.folder, os.path.basename(staged.rec)))
         if opts.layout == "plain" and storage.Streamer.supported(out_url):  # the loop writes into _Files
@@ -1005,7 +999,7 @@ def write_stats(path: str, summary: PackSummary, options: PackOptions, argv: lis
         "outputs": _output_hashes(s),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    tmp = path + ".partial"
+    tmp = partial(path)
     make_parents(path)
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(stats, f, indent=1)

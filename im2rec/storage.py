@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import hashlib
 import itertools
 import os
 import posixpath
@@ -51,6 +52,7 @@ __all__ = [
     "read_any",
     "read_bytes",
     "staging_base",
+    "staging_dir",
     "there",
     "upload",
     "upload_stream",
@@ -1043,6 +1045,12 @@ def staging_base() -> str:
     ``$IM2REC_STAGING``, or the system's temporary folder."""
     user = f"-{os.getuid()}" if hasattr(os, "getuid") else ""  # one per user: the folder is not shared
     return os.environ.get("IM2REC_STAGING") or os.path.join(tempfile.gettempdir(), f"im2rec-staging{user}")
+
+
+def staging_dir(url: str, kind: str = "") -> str:
+    """The staging folder of the output at ``url``: one per URL (and ``kind`` of command), under
+    ``staging_base()``, so that a rerun (``--resume``) finds what the interrupted one wrote."""
+    return os.path.join(staging_base(), kind + hashlib.sha256(url.encode()).hexdigest()[:16])
 
 
 def _split_url(url: str) -> tuple[str, str]:

@@ -683,7 +683,7 @@ def test_file_urls_into_folders_that_do_not_exist_yet(data_dir, tmp_path, monkey
 
 def test_an_unfinished_upload_is_named_by_its_url_and_resumed(s3, data_dir, tmp_path, monkeypatch):
     """A pack whose upload did not finish (its staged outputs complete): a rerun says so, --resume uploads them."""
-    from im2rec.packing import staging_dir
+    from im2rec.storage import staging_dir
 
     monkeypatch.setenv("IM2REC_STAGING", str(tmp_path / "staging"))
     golden = data_dir / "im2rec_pack_pass"
