@@ -256,19 +256,37 @@ resume_option = click.option("--resume", is_flag=True, help="Continue an interru
 stats_option = click.option("--stats", "stats_path", type=_Output(), default=None, help="Write a JSON audit record: version, options, counts, bytes, timings, sha256 of the outputs.")
 
 
-class _Bar(packing.Progress):
-    """A tqdm bar on stderr (images/s, ETA, failures so far); silent when stderr is not a terminal."""
+class _Tqdm:
+    """A tqdm bar on stderr (rate, ETA); silent when stderr is not a terminal. The progress of
+    every long command: ``_Bar`` for pack and import, ``_ExportBar`` for export."""
+
+    unit = "img"
 
     def __init__(self, enabled: bool):
         self.enabled = enabled and sys.stderr.isatty()
-        self.bar = None
-        self.failed = 0
+        self.bar: Any = None
 
-    def start(self, total: int, done: int) -> None:
+    def open(self, total: int | None, done: int = 0) -> None:
         if self.enabled:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total or None, initial=done, unit="img", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)  # 0: an import of unknown length
+            self.bar = tqdm(total=total, initial=done, unit=self.unit, file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+class _Bar(_Tqdm, packing.Progress):
+    """Images packed, with the failures so far."""
+
+    def __init__(self, enabled: bool):
+        super().__init__(enabled)
+        self.failed = 0
+
+    def start(self, total: int, done: int) -> None:
+        self.open(total or None, done)  # 0: an import of unknown length
 
     def update(self, result: packing.Result) -> None:
         if self.bar is None:
@@ -278,10 +296,18 @@ class _Bar(packing.Progress):
             self.bar.set_postfix(failed=self.failed, refresh=False)
         self.bar.update()
 
-    def close(self) -> None:
+
+class _ExportBar(_Tqdm, exchange.ExportProgress):
+    """Records exported."""
+
+    unit = "rec"
+
+    def start(self, total: int) -> None:
+        self.open(total)
+
+    def update(self, n: int) -> None:
         if self.bar is not None:
-            self.bar.close()
-            self.bar = None
+            self.bar.update(n)
 
 
 class _Terminated(KeyboardInterrupt):
@@ -290,6 +316,23 @@ class _Terminated(KeyboardInterrupt):
 
 def _raise_terminated(signum, frame):
     raise _Terminated()
+
+
+@contextlib.contextmanager
+def _exits_when_interrupted(bar: _Tqdm, kept: str) -> Iterator[None]:
+    """Ctrl-C or SIGTERM in the block: the bar closed, ``Error: interrupted; KEPT`` (or
+    ``terminated``) and exit status 130 (143); SIGTERM's handler restored after."""
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    except KeyboardInterrupt as e:
+        bar.close()
+        what = "terminated" if isinstance(e, _Terminated) else "interrupted"
+        click.echo(f"Error: {what}; {kept}", err=True)
+        sys.exit(143 if isinstance(e, _Terminated) else 130)
+    finally:
+        bar.close()
+        signal.signal(signal.SIGTERM, previous)
 
 
 @main.command("pack")
@@ -392,22 +435,14 @@ def _report(run, options, stats, strict, quiet):
     """Run ``run(bar)`` (a pack, or an import) with a progress bar; print its summary, write
     ``--stats``; Ctrl-C and SIGTERM keep the finished part for --resume."""
     bar = _Bar(not quiet)
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        summary = run(bar)
-    except KeyboardInterrupt as e:
-        bar.close()
-        what = "terminated" if isinstance(e, _Terminated) else "interrupted"
-        click.echo(f"Error: {what}; the finished part is kept: rerun with --resume to continue", err=True)
-        sys.exit(143 if isinstance(e, _Terminated) else 130)
-    except TooManyFailures as e:
-        if stats is not None and isinstance(e.summary, packing.PackSummary):
-            packing.write_stats(stats.path, e.summary, options, sys.argv)
-            stats.upload()
-        raise
-    finally:
-        bar.close()
-        signal.signal(signal.SIGTERM, previous)
+    with _exits_when_interrupted(bar, "the finished part is kept: rerun with --resume to continue"):
+        try:
+            summary = run(bar)
+        except TooManyFailures as e:
+            if stats is not None and isinstance(e.summary, packing.PackSummary):
+                packing.write_stats(stats.path, e.summary, options, sys.argv)
+                stats.upload()
+            raise
     if stats is not None:
         packing.write_stats(stats.path, summary, options, sys.argv)
         stats.upload()
@@ -510,18 +545,8 @@ def export_command(rec, out, fmt, shard_size, classes_path, overwrite, quiet, st
     record is reported and left out (exit status 1 at the end), as extract does.
     """
     bar = _ExportBar(not quiet)
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        with _usage_errors():
-            summary = exchange.export_rec(rec, out, fmt, shard_size, overwrite=overwrite, storage_options=_options(storage_options), progress=bar, classes=classes_path)
-    except KeyboardInterrupt as e:
-        bar.close()
-        what = "terminated" if isinstance(e, _Terminated) else "interrupted"
-        click.echo(f"Error: {what}; nothing was written to {out}", err=True)
-        sys.exit(143 if isinstance(e, _Terminated) else 130)
-    finally:
-        bar.close()
-        signal.signal(signal.SIGTERM, previous)
+    with _exits_when_interrupted(bar, f"nothing was written to {out}"), _usage_errors():
+        summary = exchange.export_rec(rec, out, fmt, shard_size, overwrite=overwrite, storage_options=_options(storage_options), progress=bar, classes=classes_path)
     for lost in summary.lost:
         click.echo(lost, err=True)
     _print_problems(rec, summary.problems)
@@ -529,27 +554,6 @@ def export_command(rec, out, fmt, shard_size, classes_path, overwrite, quiet, st
         click.echo(summary.line())
     if summary.problems or summary.lost:
         sys.exit(1)
-
-
-class _ExportBar(exchange.ExportProgress):
-    def __init__(self, enabled: bool):
-        self.enabled = enabled and sys.stderr.isatty()
-        self.bar = None
-
-    def start(self, total: int) -> None:
-        if self.enabled:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, unit="rec", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
-
-    def update(self, n: int) -> None:
-        if self.bar is not None:
-            self.bar.update(n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
 
 
 @main.command("import")

@@ -106,6 +106,36 @@ def pytest_configure(config):
         os.environ[REAL_SIZE_ENV] = base
 
 
+#: Fixtures that take seconds to set up (a cluster, the real-size corpora, exports in every format): their tests are slow.
+EXPENSIVE_FIXTURES = {"dask_cluster", "real_size_folders", "exports"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """The ``s3``, ``dask`` and ``torch`` marks (see pyproject.toml), and ``slow`` for the users of
+    EXPENSIVE_FIXTURES, from what each test uses:
+    its fixtures, and the words of its source (``s3://``, ``--dask``, ``torch``)."""
+    import inspect
+
+    modules: dict = {}
+    for item in items:
+        function = getattr(item, "function", None)
+        if function is None:
+            continue
+        source = inspect.getsource(function)
+        module = item.module
+        if module not in modules:
+            modules[module] = inspect.getsource(module)
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & EXPENSIVE_FIXTURES:
+            item.add_marker("slow")
+        if fixtures & {"s3", "bucket"} or "s3://" in source or "s3_endpoint" in source:
+            item.add_marker("s3")
+        if "dask_cluster" in fixtures or "--dask" in source or "LocalCluster" in source:
+            item.add_marker("dask")
+        if "torch" in source or 'importorskip("torch")\n' in modules[module].split("\ndef ", 1)[0]:
+            item.add_marker("torch")
+
+
 def pytest_collection_finish(session):
     """Start the generator if a collected test needs it, in whichever process collects it first."""
     if not any("real_size_folders" in getattr(item, "fixturenames", ()) for item in session.items):

@@ -81,6 +81,7 @@ def _read_with_bounds(args):
     return result
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(pick=st.floats(0, 1, exclude_max=True), how=DAMAGE)
@@ -97,6 +98,7 @@ def test_import_of_a_damaged_export(exports, tmp_path_factory, fmt, pick, how):
     refused_in_words(result, [str(src), target.name])
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(which=st.sampled_from(["rec", "idx", "lst"]), how=DAMAGE)
 def test_commands_on_a_damaged_rec_idx_or_lst(tmp_path_factory, which, how):
@@ -115,6 +117,7 @@ def test_commands_on_a_damaged_rec_idx_or_lst(tmp_path_factory, which, how):
         refused_in_words(result, ["all.rec", "all.idx"])
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(how=DAMAGE)
 def test_a_damaged_shard_manifest(tmp_path_factory, how):
@@ -130,6 +133,7 @@ def test_a_damaged_shard_manifest(tmp_path_factory, how):
 FACES = DATA / "insightface"
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(which=st.sampled_from(["py3.bin", "py2.bin", "ndarray.bin", "property", "train.idx"]), how=DAMAGE)
 @example(which="py3.bin", how=("flip", 0.0, 22, 2**31 - 1))  # PROTO became BYTEARRAY8: its length, 2.7 GB, was allocated
@@ -148,6 +152,7 @@ def test_a_damaged_face_set_or_verification_set(tmp_path_factory, which, how):
             refused_in_words(result, ["train.rec", "train.idx", "property"])
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(how=DAMAGE)
 def test_a_damaged_resume_file(tmp_path_factory, how):

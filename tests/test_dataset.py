@@ -24,6 +24,7 @@ def packed(tmp_path_factory, data_dir):
     return d / "all.rec", read_lst(lst)
 
 
+@pytest.mark.slow
 def test_items_in_record_order_with_labels(packed, data_dir):
     rec, entries = packed
     ds = RecordDataset(rec)
@@ -59,6 +60,7 @@ def test_multi_label_records(data_dir, tmp_path):
     assert img.ndim == 3
 
 
+@pytest.mark.slow
 def test_transforms(packed):
     rec, _ = packed
     ds = RecordDataset(rec, transform=lambda im: im.mean(), target_transform=int)
@@ -161,6 +163,7 @@ def test_insightface_required(packed):
         RecordDataset(rec, insightface=True)
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("torch")  # under pytest-xdist: one process imports torch for all DataLoader tests
 @pytest.mark.parametrize("context,workers", [("fork", 2), ("spawn", 1)])  # a spawned worker imports torch anew: one shows it
 def test_pytorch_dataloader_workers(packed, context, workers):

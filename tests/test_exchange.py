@@ -50,6 +50,7 @@ def round_trip(rec: Path, tmp: Path, fmt: str, *extra) -> Path:
 # --------------------------------------------------------------------------- round trips
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("golden", ["im2rec_pack_resize64/all", "im2rec_pack_multilabel/ml", "insightface/train"])
 def test_round_trip_of_golden_files_is_byte_identical(fmt, golden, data_dir, tmp_path):
@@ -65,6 +66,7 @@ def test_round_trip_of_golden_files_is_byte_identical(fmt, golden, data_dir, tmp
         assert same_files(rec.parent / "property", back.parent / "property")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_round_trip_of_a_real_size_pack_with_default_options(fmt, real_size_folders, tmp_path):
     """ImageNet-like JPEGs (about 70 KB) packed with default options, their classes.tsv: exported
@@ -85,6 +87,7 @@ def test_round_trip_of_a_real_size_pack_with_default_options(fmt, real_size_fold
     assert same_files(tmp_path / "data" / "train.classes.tsv", back.parent / "train.classes.tsv")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_round_trip_of_an_insightface_pack_and_of_shards(fmt, data_dir, tmp_path):
     """A `pack --layout insightface` output (header, identity records, property), and a sharded
@@ -268,6 +271,7 @@ def test_import_what_hugging_face_datasets_wrote(tmp_path):
 # --------------------------------------------------------------------------- options, failures, resume
 
 
+@pytest.mark.slow
 def test_import_re_encodes_through_pack_s_pool_with_image_options(real_size_folders, tmp_path):
     folder = real_size_folders["imagenet"]
     assert run("list", folder, tmp_path / "t").exit_code == 0
@@ -380,6 +384,7 @@ def s3():
         yield s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False, endpoint_url=endpoint)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["webdataset", "parquet"])
 def test_export_and_import_through_s3(fmt, s3, data_dir, tmp_path, monkeypatch):
     """Both ways with URLs: shards uploaded as they are finished, nothing left locally (no `s3:`
@@ -613,6 +618,7 @@ def test_a_webdataset_shard_cut_zeroed_empty_or_missing_is_never_silent(data_dir
         assert expected in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_a_parquet_shard_its_im2rec_json_lists_but_that_is_missing(data_dir, tmp_path):
     pytest.importorskip("pyarrow")
     rec = data_dir / "im2rec_pack_pass" / "all.rec"

@@ -140,6 +140,7 @@ def test_pack_insightface_in_parts_then_merge(face, tmp_path):
     assert not (tmp_path / "mixed.rec").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("dask")  # under pytest-xdist: one process, so one session cluster
 def test_pack_insightface_with_dask_defaults(face, tmp_path, dask_cluster):
     entries = read_lst(face / "train.lst")
@@ -330,6 +331,7 @@ def test_bin_errors_name_the_file_and_line(face, tmp_path):
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "insightface.py")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("identities", [1, 2, 3, 6])
 def test_insightface_example_runs_on_a_generated_set_of_any_size(tmp_path, identities):
     from im2rec.synthetic import FaceSpec, make_faces
@@ -350,6 +352,7 @@ def test_insightface_example_runs_on_a_generated_set_of_any_size(tmp_path, ident
     assert len({pair[0][1] for pair in batch}) == len(batch)  # each identity once
 
 
+@pytest.mark.slow
 def test_insightface_example_refuses_a_plain_rec(tmp_path):
     with recordio.RecordWriter(tmp_path / "plain.rec", tmp_path / "plain.idx") as w:
         w.write_idx(0, recordio.pack(recordio.IRHeader(0, 1.0, 0, 0), b"\xff\xd8\xff"))

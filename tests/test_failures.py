@@ -309,6 +309,7 @@ def wait_for_records(path, n, proc, timeout=30):
     raise AssertionError(f"{path} did not grow past {n} bytes")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc"), reason="needs Linux /proc")
 @pytest.mark.parametrize("sig,status,word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
 def test_signal_stops_workers_and_leaves_no_final_file(slow_job, tmp_path, sig, status, word):
@@ -327,6 +328,7 @@ def test_signal_stops_workers_and_leaves_no_final_file(slow_job, tmp_path, sig, 
     assert not any((tmp_path / n).exists() for n in ("o.rec", "o.idx", "o.failed.tsv"))
 
 
+@pytest.mark.slow
 def test_kill_9_then_resume_gives_identical_bytes(slow_job, tmp_path):
     lst, root = slow_job
     ref = run("pack", lst, root, tmp_path / "ref.rec", *SLOW_ARGS)
@@ -353,6 +355,7 @@ def test_kill_9_then_resume_gives_identical_bytes(slow_job, tmp_path):
     assert done.exit_code == 0 and done.stdout == f"{tmp_path / 'o.rec'} is already complete: nothing to resume\n"
 
 
+@pytest.mark.slow
 def test_kill_9_then_resume_of_a_part(slow_job, tmp_path):
     lst, root = slow_job
     part = [*SLOW_ARGS, "--num-parts", "2", "--part-index", "1"]
@@ -395,6 +398,7 @@ def test_resume_with_torn_record_and_lagging_idx(data_dir, tmp_path):
     assert (tmp_path / "o.idx").read_bytes() == (tmp_path / "ref.idx").read_bytes()
 
 
+@pytest.mark.slow
 def test_resume_refuses_other_options(slow_job, tmp_path):
     lst, root = slow_job
     proc = cli("pack", lst, root, tmp_path / "o.rec", *SLOW_ARGS)
@@ -436,6 +440,7 @@ def test_resume_keeps_the_alpha_background_and_refuses_another(tmp_path):
     assert transparency["images"] == 1 and transparency["counted_from"] == 1
 
 
+@pytest.mark.slow
 def test_file_size_limit_is_a_clear_error(slow_job, tmp_path):
     lst, root = slow_job
 
@@ -471,6 +476,7 @@ def test_stats_json(data_dir, tmp_path):
     assert stats["complete"] is True and stats["seconds"] > 0
 
 
+@pytest.mark.slow
 def test_ci_example_script(data_dir, tmp_path):
     script = os.path.join(os.path.dirname(__file__), "..", "examples", "ci_prepare.sh")
     images = tmp_path / "images"
@@ -518,6 +524,7 @@ def damaged_folder(real_size_folders, tmp_path):
     return root, tmp_path / "all.lst"
 
 
+@pytest.mark.slow
 def test_a_jpeg_decoded_only_with_a_warning_is_a_named_failure(damaged_folder, tmp_path):
     """Default options, a process of its own (libjpeg prints to file descriptor 2): the damaged
     JPEGs are listed and counted, the others packed, and nothing of libjpeg's reaches stderr."""
@@ -534,6 +541,7 @@ def test_a_jpeg_decoded_only_with_a_warning_is_a_named_failure(damaged_folder, t
     assert "packed 20 of 22 images" in out and "2 failed (2 corrupt)" in out
 
 
+@pytest.mark.slow
 def test_verify_decode_names_a_jpeg_decoded_only_with_a_warning(damaged_folder, tmp_path):
     root, lst = damaged_folder
     assert run("pack", lst, root, tmp_path / "p.rec", "--pass-through").exit_code == 0  # the bytes look fine
@@ -548,6 +556,7 @@ def test_verify_decode_names_a_jpeg_decoded_only_with_a_warning(damaged_folder, 
     assert "22 records" in out and "20 images decoded" in out
 
 
+@pytest.mark.slow
 def test_im2rec_py_lists_the_damaged_jpegs(damaged_folder, tmp_path):
     root, lst = damaged_folder
     shutil.copy(lst, tmp_path / "legacy.lst")
@@ -558,6 +567,7 @@ def test_im2rec_py_lists_the_damaged_jpegs(damaged_folder, tmp_path):
     assert "Corrupt JPEG data" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_import_with_image_options_lists_a_jpeg_decoded_only_with_a_warning(damaged_folder, tmp_path):
     """An export of the pass-through pack (its bytes as they are), imported with --resize: the
     damaged JPEGs are decoded in pack's pool, and are failures there too."""

@@ -128,6 +128,7 @@ def optimize(litdata, **kwargs):
         multiprocessing.set_start_method(before, force=True)
 
 
+@pytest.mark.slow
 def test_litdata_optimize_output_is_read(litdata, tmp_path):
     start_method = multiprocessing.get_start_method(allow_none=True)
     optimize(litdata, fn=pil_item, inputs=list(range(5)), output_dir=str(tmp_path / "pil"), chunk_bytes="1MB", num_workers=1)
@@ -144,6 +145,7 @@ def test_litdata_optimize_output_is_read(litdata, tmp_path):
     assert [(s.image, s.label, s.ext) for s in got] == [(bytes_item(i)["image"], (float(i * 2),), "jpg") for i in range(5)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", ["batch", "chunk", "sample"])
 def test_zstd_chunks_numpy_tensors_and_string_labels_are_read(litdata, tmp_path, level):
     pytest.importorskip("zstd")
@@ -217,6 +219,7 @@ def test_real_size_images_through_the_writer_and_the_reader(litdata, tmp_path, r
         assert b.ext == "jpg"
 
 
+@pytest.mark.slow
 def test_reading_from_s3(litdata, tmp_path):
     s3fs = pytest.importorskip("s3fs")
     samples = make_samples(25)

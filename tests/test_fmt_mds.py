@@ -191,6 +191,7 @@ def test_real_size_images_through_the_writer_and_the_reader(tmp_path, real_size_
         assert b.ext == "jpg"
 
 
+@pytest.mark.slow
 def test_reading_from_s3(tmp_path):
     s3fs = pytest.importorskip("s3fs")
     samples = make_samples(25)
@@ -210,6 +211,7 @@ def test_reading_from_s3(tmp_path):
 # --------------------------------------------------------------------------- against streaming itself
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("torch")
 def test_our_shards_are_mdswriters_bytes(streaming, tmp_path):
     samples = make_samples(30)

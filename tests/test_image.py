@@ -44,6 +44,7 @@ def psnr(a, b):
     return 10 * np.log10(255**2 / mse)
 
 
+@pytest.mark.slow
 def test_reduced_decode_is_antialiased_and_smaller_work():
     src = detailed(1600, 2400)
     data = jpeg(src)
@@ -165,6 +166,7 @@ def test_opencv_constants_written_as_numbers_match_cv2():
     assert dataset._COLOR_BGR2RGB == cv2.COLOR_BGR2RGB
 
 
+@pytest.mark.slow
 def test_the_cli_starts_without_opencv():
     import subprocess
     import sys
@@ -202,6 +204,7 @@ def with_exif_orientation(data, orientation):
 SIZES = [(128, 150), (672, 683), (683, 672), (97, 101), (331, 1009), (1009, 331), (257, 263), (800, 793), (793, 800), (8, 9), (1, 1), (1201, 1601)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("h,w", SIZES)
 def test_output_sizes_are_im2rec_py_s_for_every_decode_path(h, w):
     data = jpeg(detailed(h, w))

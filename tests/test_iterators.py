@@ -342,6 +342,7 @@ def test_shuffled_parts_are_disjoint_and_cover_every_record(inputs, by_index):
     assert all(not set(a) & set(b) for a in seen for b in seen if a is not b)
 
 
+@pytest.mark.slow
 def test_same_batches_with_any_threads_and_in_another_process(inputs):
     random = dict(CONFIGS["resize"], rand_crop=True, rand_mirror=True, max_rotate_angle=20, brightness=0.3, pca_noise=0.1, shuffle=True, seed_aug=7)
     runs = []
@@ -560,6 +561,7 @@ def real_size_recs(real_size_folders, tmp_path_factory):
     return recs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", ["imagenet", "large"])
 def test_real_size_default_arguments_give_the_centre_crop(real_size_recs, size):
     """Default arguments (no resize): every image's centre 224x224, RGB, as float32; labels from the records."""
@@ -584,6 +586,7 @@ def test_real_size_default_arguments_give_the_centre_crop(real_size_recs, size):
         assert np.array_equal(row, want) and label == header.label
 
 
+@pytest.mark.slow
 def test_real_size_imagenet_recipe(real_size_recs):
     recipe = dict(data_shape=(3, 224, 224), resize=256, rand_crop=True, rand_mirror=True, mean_r=123.68, mean_g=116.779, mean_b=103.939, std_r=58.395, std_g=57.12, std_b=57.375, batch_size=6, shuffle=True)
     with deadline(300, "an epoch of real-size images"), im2rec.ImageRecordIter(path_imgrec=str(real_size_recs["large"]), **recipe) as it:
@@ -615,6 +618,7 @@ def _repeated(source_rec, times, rec):
     return rec
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux's /proc/self/smaps")
 def test_the_mapped_records_are_released_as_they_are_read(real_size_recs, tmp_path):
     """Over a shuffled epoch the .rec's mapped pages stay a small, flat share of the file."""
@@ -628,6 +632,7 @@ def test_the_mapped_records_are_released_as_they_are_read(real_size_recs, tmp_pa
         assert _mapped_kb(rec) < 64 and max(seen) < size_kb / 8, (max(seen), size_kb)
 
 
+@pytest.mark.slow
 def test_a_rec_in_s3_reads_as_the_local_one(inputs):
     s3fs = pytest.importorskip("s3fs")
     from conftest import s3_endpoint
@@ -645,6 +650,7 @@ def test_a_rec_in_s3_reads_as_the_local_one(inputs):
             fs.rm("iterators", recursive=True)
 
 
+@pytest.mark.slow
 def test_readme_section_runs_as_written(real_size_recs, tmp_path, monkeypatch):
     """The README's "Coming from mx.io.ImageRecordIter" code, on a real-size pack at data/train.rec."""
     import re
@@ -662,6 +668,7 @@ def test_readme_section_runs_as_written(real_size_recs, tmp_path, monkeypatch):
     scope["train"].close()
 
 
+@pytest.mark.slow
 def test_an_iterator_dropped_without_close_stops_its_threads(inputs):
     """MXNet code never closes its iterators: one let go mid-epoch is collected, its threads end."""
     import gc

@@ -200,6 +200,7 @@ def test_no_list_is_an_error(work, capsys):
     assert err == f"Error: no .lst file in {work / 'data'} starts with {work / 'data' / 'none'}; create one with --list\n"
 
 
+@pytest.mark.slow
 def test_console_script_and_module(work, data_dir):
     for cmd in (["im2rec-py"], [sys.executable, "-m", "im2rec.legacy"]):
         if cmd[0] == "im2rec-py" and shutil.which("im2rec-py") is None:

@@ -253,6 +253,7 @@ def test_scan_is_sorted_like_os_walk(data_dir):
     assert [e.path for e in scan.entries] == expected
 
 
+@pytest.mark.slow
 def test_python_m_im2rec(data_dir, tmp_path):
     import subprocess
     import sys

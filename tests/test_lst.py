@@ -98,6 +98,7 @@ ENTRIES = st.builds(
 )
 
 
+@pytest.mark.slow
 @given(st.lists(ENTRIES, max_size=20))
 def test_write_then_read_roundtrips(tmp_path_factory, entries):
     path = tmp_path_factory.mktemp("lst") / "r.lst"

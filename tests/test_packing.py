@@ -174,6 +174,7 @@ def test_color_unchanged_keeps_alpha(tmp_path):
     assert np.array_equal(decoded(tmp_path / "a.rec")[0], rgba)
 
 
+@pytest.mark.slow
 def test_inter_methods(data_dir, tmp_path):
     lst = data_dir / "im2rec" / "all.lst"
     out = {}
@@ -354,6 +355,7 @@ def test_palette_png_with_trns(tmp_path):
     assert decoded(tmp_path / "w.rec")[0][0, :4].tolist() == [[255, 255, 255], [127, 255, 127], [255, 0, 0], [255, 255, 255]]
 
 
+@pytest.mark.slow
 def test_full_hd_rgba_through_the_cli(tmp_path):
     lst, root, _ = transparent_folder(tmp_path, big=True)
     result = run("pack", lst, root, tmp_path / "hd.rec", "--workers", "2")

@@ -32,12 +32,14 @@ def crashed(item, reason):
     return ("crashed", item, reason)
 
 
+@pytest.mark.slow
 def test_results_in_order():
     with OrderedPool(square, 1, 3, crashed) as pool:
         assert list(pool.map(range(200))) == [x * x + 1 for x in range(200)]
         assert list(pool.map([])) == []
 
 
+@pytest.mark.slow
 def test_reads_ahead_only_a_bounded_window():
     consumed = []
 
@@ -54,12 +56,14 @@ def test_reads_ahead_only_a_bounded_window():
         assert len(consumed) <= 10 + 2 * 2 * 4 + 1
 
 
+@pytest.mark.slow
 def test_batches_shrink_for_large_results():
     with OrderedPool(square, 0, 2, crashed, weigh=lambda r: 1 << 20, batch_bytes=2 << 20) as pool:
         list(pool.map(range(20)))
         assert pool.batch_size == 2
 
 
+@pytest.mark.slow
 def test_a_crashing_item_is_reported_and_the_rest_survive():
     with OrderedPool(crash_on, {5, 17}, 2, crashed, max_batch=4) as pool:
         out = list(pool.map(range(30)))
@@ -69,6 +73,7 @@ def test_a_crashing_item_is_reported_and_the_rest_survive():
     assert pool.crashes in (3, 4)  # each bad item kills its batch (or was queued behind one), then itself alone
 
 
+@pytest.mark.slow
 def test_close_reaps_every_worker():
     pool = OrderedPool(square, 0, 3, crashed)
     pids = [w.process.pid for w in pool._workers]
@@ -88,6 +93,7 @@ def die_at_start():
     os._exit(3)
 
 
+@pytest.mark.slow
 def test_workers_that_cannot_start_are_an_error_not_crashed_items():
     with OrderedPool(square, 0, 2, crashed, initializer=die_at_start) as pool, pytest.raises(WorkerError, match=r"worker processes exited with status 3 before doing any work, 3 times in a row"):
         list(pool.map(range(100)))
@@ -113,6 +119,7 @@ def start_method(setup):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
 
 
+@pytest.mark.slow
 def test_fork_only_while_the_process_is_clean():
     assert start_method("") == ["fork", "forkserver"]  # never fork without knowing what is unsafe
     assert start_method("import json") == ["forkserver", "forkserver"]
@@ -126,6 +133,7 @@ def sized(item, context):
     return bytes([seed % 251]) * result_size
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2, 4])
 def test_no_deadlock_with_large_tasks_and_large_results(workers):
     """Tasks and results both far over a pipe's buffer, in random sizes (up to 4 MB each

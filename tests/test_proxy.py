@@ -68,6 +68,7 @@ def get(fs, retries=None):
     return fs.cat_file("proxied/small", start=0, end=5)
 
 
+@pytest.mark.slow
 def test_puts_and_gets_through_the_proxy_byte_identical(fresh, shared):
     fs = shared
     fs.pipe_file("proxied/big", BIG)  # one PUT
@@ -82,6 +83,7 @@ def test_puts_and_gets_through_the_proxy_byte_identical(fresh, shared):
     assert fresh.bytes_sent > 2 * len(BIG) + 2_000_000
 
 
+@pytest.mark.slow
 def test_latency_is_added_to_every_request_and_counted(fresh, shared):
     fs = shared
     assert get(fs) == b"hello"  # the client's first connection, outside the timing
@@ -112,6 +114,7 @@ def test_concurrent_requests_wait_in_parallel(fresh, shared):
     assert fresh.stats()["most_waiting"] > 1  # they overlapped: not 20 latencies one after another
 
 
+@pytest.mark.slow
 def test_503_is_retried_until_the_faults_are_used_up(fresh, shared):
     fresh.fail(2, "503", match="/proxied/small")
     fresh.fail(5, "503", match="/no/such/path")  # matches nothing here
@@ -119,6 +122,7 @@ def test_503_is_retried_until_the_faults_are_used_up(fresh, shared):
     assert fresh.faults == 2 and fresh.requests == 3
 
 
+@pytest.mark.slow
 def test_500_is_an_internal_error_that_botocore_retries(fresh, shared):
     fresh.fail(2, "500")
     with pytest.raises(OSError, match="internal error"):
@@ -129,6 +133,7 @@ def test_500_is_an_internal_error_that_botocore_retries(fresh, shared):
     assert fresh.faults == 2 and fresh.requests == 3
 
 
+@pytest.mark.slow
 def test_503_gives_an_error_once_the_retries_are_exhausted(fresh, shared):
     fs = shared
     fresh.fail(3, "503")
@@ -165,6 +170,7 @@ def test_reset_is_a_connection_error(fresh, shared):
     assert get(fs, retries=2) == b"hello"
 
 
+@pytest.mark.slow
 def test_stall_is_a_timeout_for_the_client(fresh):
     fs = client(fresh, retries=1, read_timeout=1, connect_timeout=1)
     fresh.fail(1, "stall")
@@ -237,6 +243,7 @@ def test_chunked_bodies_both_ways_and_head():
         server.server_close()
 
 
+@pytest.mark.slow
 def test_command_line_prints_its_url_and_serves_stats(store):
     proc = subprocess.Popen([sys.executable, "-m", "im2rec.proxy", store, "--latency", "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

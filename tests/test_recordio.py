@@ -237,6 +237,7 @@ def parts_of(blob):
     return parts
 
 
+@pytest.mark.slow
 @settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(payloads=st.lists(PAYLOADS, min_size=1, max_size=6))
 def test_roundtrip_any_payload(tmp_path, payloads):
@@ -356,6 +357,7 @@ def test_index_str_keys(tmp_path):
     pairs=st.lists(st.tuples(st.integers(0, 10**18 - 1), st.integers(0, 10**17).map(lambda x: 4 * x)), max_size=30),
     crlf=st.booleans(),
 )
+@pytest.mark.slow
 def test_index_fast_and_line_parsers_agree(pairs, crlf):
     eol = "\r\n" if crlf else "\n"
     data = "".join(f"{k}\t{o}{eol}" for k, o in pairs).encode()
@@ -500,6 +502,7 @@ def fuzz_source(tmp_path_factory):
     return blob, open(idx, "rb").read(), spans
 
 
+@pytest.mark.slow
 @settings(max_examples=400, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_fuzz_damaged_rec_and_idx(tmp_path, fuzz_source, data):
@@ -613,6 +616,7 @@ def test_tell_and_context_manager(tmp_path):
         r.read()
 
 
+@pytest.mark.slow
 def test_format_core_imports_no_click_cv2_tqdm():
     code = "import sys, im2rec, im2rec.recordio; print(sorted(m for m in ('click', 'cv2', 'tqdm') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -53,6 +53,7 @@ def test_the_signature_is_botocore_s(monkeypatch):
             assert headers["Authorization"] == request.headers["Authorization"], (key, query)
 
 
+@pytest.mark.slow
 def test_objects_round_trip_with_keys_that_need_encoding(s3, bucket):
     _, client = s3
     for i, key in enumerate(KEYS):
@@ -64,6 +65,7 @@ def test_objects_round_trip_with_keys_that_need_encoding(s3, bucket):
     assert client.has_prefix(bucket, "dir/") and not client.has_prefix(bucket, "nothing/")
 
 
+@pytest.mark.slow
 def test_errors_are_said_in_the_store_s_words(s3, bucket):
     _, client = s3
     with pytest.raises(NoSuchObject) as e:
@@ -83,6 +85,7 @@ def test_errors_are_said_in_the_store_s_words(s3, bucket):
     assert not storage._permanent(e.value)  # retried by the callers
 
 
+@pytest.mark.slow
 def test_a_multipart_upload_appears_whole_or_leaves_nothing(s3, bucket, tmp_path, monkeypatch):
     _, client = s3
     data = os.urandom((5 << 20) * 2 + 1234)
@@ -108,6 +111,7 @@ def test_a_multipart_upload_appears_whole_or_leaves_nothing(s3, bucket, tmp_path
     assert not storage.exists(f"s3://{bucket}/torn.bin") and client.uploads(bucket, "torn") == []  # aborted
 
 
+@pytest.mark.slow
 def test_the_streamed_rec_upload_aborts_stale_uploads_and_completes(s3, bucket, tmp_path):
     _, client = s3
     stale = client.create_upload(bucket, "out.rec")  # a killed run's
@@ -124,6 +128,7 @@ def test_the_streamed_rec_upload_aborts_stale_uploads_and_completes(s3, bucket, 
     assert client.get(bucket, "out.rec") == data and client.uploads(bucket, "out.rec") == []
 
 
+@pytest.mark.slow
 def test_a_forked_child_reads_with_connections_of_its_own(s3, bucket):
     """What a DataLoader worker does: the parent has used the client (connections, its thread
     pool); the child's requests work, where obstore's tokio runtime would hang."""
@@ -152,6 +157,7 @@ def test_a_forked_child_reads_with_connections_of_its_own(s3, bucket):
     os.close(read)
 
 
+@pytest.mark.slow
 def test_transient_faults_are_retried_and_counted_through_the_proxy(s3, bucket, monkeypatch):
     endpoint, client = s3
     monkeypatch.setattr(storage, "RETRY_DELAY", 0.01)
@@ -170,6 +176,7 @@ def test_transient_faults_are_retried_and_counted_through_the_proxy(s3, bucket, 
         proxy.clear_faults()
 
 
+@pytest.mark.slow
 def test_when_it_declines_s3fs_does_the_work(monkeypatch):
     assert s3client.client_for("gs://b/k") is None
     assert s3client.config_for({"requester_pays": True}) is None  # an option it does not know

@@ -222,6 +222,7 @@ def test_face_set_images_only(face_like_rec):
     assert len(labels) > 5
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("torch")
 @pytest.mark.filterwarnings("ignore:'set_vital' is deprecated")  # torchdata 0.11 calls it itself
 def test_stateful_dataloader_resumes_at_the_next_batch(face_like_rec):

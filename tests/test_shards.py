@@ -148,6 +148,7 @@ def test_a_record_larger_than_the_shard_size_gets_its_own_shard(job, tmp_path):
 # --------------------------------------------------------------------------- Dask
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("dask")  # under pytest-xdist: one process, so one session cluster
 def test_dask_local_cluster_merges_to_identical_output(job, tmp_path, dask_cluster):
     lst, root, d = job
@@ -163,6 +164,7 @@ def test_dask_local_cluster_merges_to_identical_output(job, tmp_path, dask_clust
     same_as_whole(tmp_path / "dk.rec", d)
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("dask")
 def test_dask_failed_part_is_named_with_its_rerun_command(job, tmp_path, dask_cluster):
     lst, root, _ = job
@@ -180,6 +182,7 @@ def test_dask_failed_part_is_named_with_its_rerun_command(job, tmp_path, dask_cl
     assert (tmp_path / "dk-00000-of-00002.rec").exists() and not (tmp_path / "dk.rec").exists()
 
 
+@pytest.mark.slow
 def test_dask_default_parts_into_a_new_folder(job, tmp_path):
     """The README's form: no --num-parts (4 parts per worker, one per 100 images), an output folder that does not exist yet."""
     pytest.importorskip("distributed")

@@ -57,6 +57,7 @@ def test_urls_and_options():
         parse_storage_option("nokey")
 
 
+@pytest.mark.slow
 def test_mxindexedrecordio_reads_s3_one_request_per_record(s3, data_dir):
     local = recordio.MXIndexedRecordIO(data_dir / "im2rec_pack_pass" / "all.idx", data_dir / "im2rec_pack_pass" / "all.rec", "r")
     remote = recordio.MXIndexedRecordIO("s3://data/all.idx", "s3://data/all.rec", "r")
@@ -70,6 +71,7 @@ def test_mxindexedrecordio_reads_s3_one_request_per_record(s3, data_dir):
     remote.close()
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("torch")  # under pytest-xdist: one process imports torch for all DataLoader tests
 def test_record_dataset_on_s3_in_dataloader_workers(s3, data_dir):
     from im2rec import RecordDataset
@@ -122,6 +124,7 @@ def test_storage_options_on_the_command_line(s3, monkeypatch):
     assert result.exit_code == 2 and "expected KEY=VALUE, got 'novalue'" in result.stderr
 
 
+@pytest.mark.slow
 def test_missing_objects_and_buckets_are_one_clear_error(s3, tmp_path):
     result = run("verify", "s3://data/none.rec")
     assert result.exit_code == 1 and result.stderr == "Error: s3://data/none.rec: no such object\n"
@@ -224,6 +227,7 @@ def test_pack_mixes_local_and_remote(s3, data_dir, tmp_path, monkeypatch):
     assert s3_bytes("data/mixed/all.rec") == (golden / "all.rec").read_bytes()
 
 
+@pytest.mark.slow
 def test_pack_from_s3_reports_missing_objects_and_a_wrong_root(s3, data_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("IM2REC_STAGING", str(tmp_path / "staging"))
     lines = (data_dir / "im2rec" / "all.lst").read_text().splitlines()
@@ -357,6 +361,7 @@ class FaultyProxy:
         self.server.server_close()
 
 
+@pytest.mark.slow
 def test_pack_through_failing_requests_loses_nothing(s3, data_dir, tmp_path, monkeypatch):
     """A third of the image requests fail (503s and dropped connections): im2rec retries them (the
     driver's own retries are off while fetching): the output is byte-identical, the retries counted."""
@@ -379,6 +384,7 @@ def test_pack_through_failing_requests_loses_nothing(s3, data_dir, tmp_path, mon
 # --------------------------------------------------------------------------- parts, merge and Dask in the store
 
 
+@pytest.mark.slow
 def test_parts_packed_to_s3_then_merged_in_the_store(s3, data_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("IM2REC_STAGING", str(tmp_path / "staging"))
     golden = data_dir / "im2rec_pack_resize64"
@@ -400,6 +406,7 @@ def test_parts_packed_to_s3_then_merged_in_the_store(s3, data_dir, tmp_path, mon
     assert result.exit_code == 1 and result.stderr == "Error: s3://data/parts/nothing-*.rec: no object matches\n"
 
 
+@pytest.mark.slow
 def test_large_parts_are_joined_by_the_store(s3, tmp_path):
     """Parts of 5 MiB and more: a multipart upload of server-side copies, no byte through this process."""
     fs = store()
@@ -419,6 +426,7 @@ def test_large_parts_are_joined_by_the_store(s3, tmp_path):
     assert [reader.read_idx(k) for k in range(4)] == payloads
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("dask")  # under pytest-xdist: one process, so one session cluster
 def test_dask_cluster_writes_parts_to_s3_and_merges_them(s3, data_dir, tmp_path, dask_cluster):
     """The session's cluster (tests/test_shards.py runs `--dask local` itself): its workers know
@@ -472,6 +480,7 @@ def test_an_interrupted_pack_to_s3_resumes_from_its_staging_folder(s3, data_dir,
     assert len(failed) == 2 and failed[1].split("\t")[1:] == ["cats/gone.jpg", "missing: no such object"]
 
 
+@pytest.mark.slow
 def test_bad_credentials_are_one_clear_error_before_any_work(s3, tmp_path, data_dir):
     """SeaweedFS checks signatures: a wrong secret, and an access key it does not know."""
     for key, secret in ((os.environ["AWS_ACCESS_KEY_ID"], "wrong"), ("nobody", "wrong")):
@@ -486,6 +495,7 @@ def test_bad_credentials_are_one_clear_error_before_any_work(s3, tmp_path, data_
         assert sorted(os.listdir(tmp_path)) == []  # nothing written
 
 
+@pytest.mark.slow
 def test_the_rec_is_streamed_to_s3_while_it_is_written(s3, tmp_path):
     from im2rec import storage
 
@@ -525,6 +535,7 @@ def real_size_corpora(real_size_folders, s3):
     return real_size_folders
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", ["imagenet", "large"])
 def test_default_pack_of_real_size_images_from_s3_to_s3_is_byte_identical_to_local(real_size_corpora, size, tmp_path, monkeypatch):
     """What a user types: `list` of the prefix, then `pack` with no option (re-encoding, every core)."""
@@ -549,6 +560,7 @@ def s3_names(prefix):
     return sorted(p[len(prefix) + 1 :] for p in fs.find(prefix))
 
 
+@pytest.mark.slow
 def test_every_url_output_goes_to_the_store(s3, data_dir, tmp_path, monkeypatch):
     """Every command and every option that names an output, given an s3:// URL: the objects
     appear in the bucket (the same bytes as the local run), and no local folder `s3:` does."""
@@ -607,6 +619,7 @@ def test_every_url_output_goes_to_the_store(s3, data_dir, tmp_path, monkeypatch)
     assert not [p for p in (tmp_path / "staging").rglob("*") if p.is_file()]  # the staged files are removed
 
 
+@pytest.mark.slow
 def test_every_url_input_is_read_or_refused_in_words(s3, data_dir, tmp_path, monkeypatch):
     """Each command's inputs given as s3:// URLs: read (the same output as from the local file),
     or refused with a message that says why, never click's "does not exist"."""
@@ -751,6 +764,7 @@ def test_a_pack_to_s3_in_which_every_image_fails_leaves_only_its_failure_list(s3
     assert sorted(p.rsplit("/", 1)[1] for p in store().ls("data/none", refresh=True)) == ["out.failed.tsv"]
 
 
+@pytest.mark.slow
 def test_readme_try_s3_on_your_machine_runs_as_written(tmp_path):
     """Every command of the README's "Try s3:// on your machine" box, in order, in a folder with
     images/: the server it starts (its ports moved to free ones), the environment, the main job."""

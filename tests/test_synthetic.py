@@ -10,6 +10,7 @@ import pytest
 from im2rec.synthetic import SIZES, CorpusSpec, make_corpus, make_image
 
 
+@pytest.mark.slow
 def test_same_spec_same_pixels_and_classes_differ():
     spec = CorpusSpec(size="imagenet", seed=3)
     a, b = make_image(spec, 1, 7), make_image(spec, 1, 7)
@@ -27,6 +28,7 @@ def test_same_spec_same_pixels_and_classes_differ():
     assert between > within
 
 
+@pytest.mark.slow
 def test_corpus_folder_is_deterministic_and_photo_sized(tmp_path):
     spec = CorpusSpec(classes=2, per_class=4, seed=1)  # 8 images: the fewest that make_corpus hands to a process pool
     cv2.setNumThreads(2)  # this process has used OpenCV's thread pool: its workers must not be forked from it
@@ -58,6 +60,7 @@ def test_large_photos(size, real_size_folders):
         assert len(data) > 500_000  # a phone photo's size, not a flat pattern's
 
 
+@pytest.mark.slow
 def test_command_line_then_list_and_pack(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "im2rec.synthetic", str(tmp_path / "img"), "--classes", "3", "--per-class", "4", "--size", "small"],
@@ -84,6 +87,7 @@ def files_of(root):
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_faces_same_arguments_same_bytes_and_layout(tmp_path):
     from im2rec.synthetic import BINS, FaceSpec, make_faces
 
@@ -126,6 +130,7 @@ def test_a_face_keeps_its_identity():
     assert between > 1.5 * within
 
 
+@pytest.mark.slow
 def test_faces_list_and_pack_insightface_then_read(tmp_path):
     from click.testing import CliRunner
 
@@ -152,6 +157,7 @@ def test_faces_list_and_pack_insightface_then_read(tmp_path):
         assert ds[0][0].shape == (112, 112, 3)
 
 
+@pytest.mark.slow
 def test_faces_bin_sets_extract_and_build(tmp_path):
     from click.testing import CliRunner
 
@@ -197,6 +203,7 @@ def test_faces_of_any_size(tmp_path, identities, per_identity):
     assert load_bin(str(tmp_path / "faces_emore" / "lfw.bin"))[1] == [True, False] * 2
 
 
+@pytest.mark.slow
 def test_faces_command_line(tmp_path, capsys):
     from im2rec.synthetic import main as synthetic_main
 
@@ -223,6 +230,7 @@ def test_faces_command_line(tmp_path, capsys):
     assert not (tmp_path / "bad").exists()  # refused before anything was written
 
 
+@pytest.mark.slow
 def test_readme_face_section_runs_as_written(tmp_path, monkeypatch):
     """Every command of the README's "Face recognition datasets", in order, in an empty folder."""
     import re

@@ -61,6 +61,7 @@ def options(proxy, **config):
 URL = "s3://train/data.rec"
 
 
+@pytest.mark.slow
 def test_a_batch_is_one_round_of_concurrent_requests(store):
     rec, proxy = store
     local = RecordDataset(rec, mode="raw")
@@ -78,6 +79,7 @@ def test_a_batch_is_one_round_of_concurrent_requests(store):
     assert remote.read_stats()["fetched"] == extent[reader.require_index().offset(0)] + sum(extent[local.locate(i)[1]] for i in batch)
 
 
+@pytest.mark.slow
 def test_sampler_epoch_reads_whole_blocks_byte_identical(store):
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'im2rec[torch]')")
     rec, proxy = store
@@ -177,6 +179,7 @@ def folder_bytes(folder: Path) -> int:
     return total
 
 
+@pytest.mark.slow
 def test_cache_shared_by_racing_processes_stays_under_its_limit(store, tmp_path):
     """Three processes read every record through one cache folder that holds about half the file:
     they race to fetch, write and evict the same blocks; none reads a torn block, and the folder
@@ -213,6 +216,7 @@ def test_cache_shared_by_racing_processes_stays_under_its_limit(store, tmp_path)
     assert BlockCache(str(cache), limit).usage() <= limit
 
 
+@pytest.mark.slow
 def test_transient_faults_are_retried_and_counted(store, monkeypatch):
     monkeypatch.setattr(storage, "RETRY_DELAY", 0.01)  # the backoff's first wait (0.2 s)
     rec, proxy = store
@@ -227,6 +231,7 @@ def test_transient_faults_are_retried_and_counted(store, monkeypatch):
         assert ds.read_stats()["retried"] == (2 if kind != "reset" else ds.read_stats()["retried"]) >= 1, kind
 
 
+@pytest.mark.slow
 def test_a_stalled_store_times_out_and_is_retried(store):
     rec, proxy = store
     ds = RecordDataset(URL, mode="raw", storage_options=options(proxy, read_timeout=1), read_blocks=True)
@@ -251,6 +256,7 @@ def test_a_record_that_stays_unreadable_names_the_url_and_key(store, monkeypatch
     proxy.clear_faults()
 
 
+@pytest.mark.slow
 def test_a_failed_read_in_a_dataloader_worker_reaches_the_loop(store):
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'im2rec[torch]')")
     _, proxy = store
@@ -272,6 +278,7 @@ def test_a_failed_read_in_a_dataloader_worker_reaches_the_loop(store):
     proxy.clear_faults()
 
 
+@pytest.mark.slow
 def test_readme_training_recipe_runs_as_copied(real_size_folders, tmp_path, monkeypatch):
     """The README's "For training" block, on a real-size pack at --resize 256 (images of several
     sizes): the transform gives one size, the default collate stacks a batch."""
