@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import posixpath
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ import click
 
 from . import __version__, exchange, faces, image, inspection, listing, packing, recordio, shards, storage, verification
 from .console import warnings_on_stderr
-from .errors import Im2recError, OptionError, TooManyFailures
+from .errors import Im2recError, OptionError, OutputExistsError, StorageError, TooManyFailures
 from .text import plural
 
 
@@ -597,6 +598,10 @@ def import_command(src, out, fmt, label_field, layout, image_options, workers, s
     """
     if image_options == image.ImageOptions():
         image_options = image.ImageOptions(pass_through=True)
+    if storage.is_url(src) and not any(c in src.split("://", 1)[1] for c in "*?["):  # a missing bucket or folder is said as such
+        storage.check_bucket(src, _options(storage_options))
+        if not storage.exists(src, _options(storage_options)):
+            raise StorageError(f"{src}: no such object or folder")
     meta = exchange.source_meta(src, _options(storage_options))
     if fmt is None:
         fmt = meta.format if meta is not None and meta.format in exchange.FORMATS else exchange.format_of_name(src)
@@ -824,6 +829,9 @@ def extract_command(rec, outdir, flat, overwrite, quiet, storage_options):
     skipped (exit status 1 at the end).
     """
     options = _options(storage_options)
+    lst = storage.join(outdir, posixpath.splitext(posixpath.basename(rec))[0] + ".lst") if storage.is_url(outdir) else ""
+    if lst and not overwrite and storage.exists(lst, options):  # before any work, as the local OUTDIR's is
+        raise OutputExistsError(lst)
     with storage.StagedOutput(outdir, options, overwrite=overwrite, folder=True) as staged:
         result = inspection.extract_rec(rec, staged.path, flat=flat, overwrite=overwrite, storage_options=options)
     _print_problems(rec, result.problems)

@@ -231,6 +231,7 @@ def merge_parts_remote(out_rec: str, parts: Sequence[str], overwrite: bool = Fal
         raise Im2recError("merge needs at least one part")
     out_idx, out_failed = idx_path_of(out_rec), sibling(out_rec, "failed")
     fs, _ = storage.filesystem(out_rec, storage_options)
+    storage.check_bucket(out_rec, storage_options)  # a store may make a bucket a write names: refuse first
     refuse_existing((out_rec, out_idx), overwrite, lambda path: storage.exists(path, storage_options))
     if out_rec in ordered:
         raise Im2recError(f"{out_rec} is one of the parts")

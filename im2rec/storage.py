@@ -37,7 +37,9 @@ __all__ = [
     "RemoteSource",
     "StagedInput",
     "StagedOutput",
+    "StoreUnreachable",
     "Streamer",
+    "check_bucket",
     "exists",
     "expand",
     "fetch_in_order",
@@ -128,6 +130,8 @@ def object_path(url: str) -> str:
 
 
 def _translate(url: str, e: BaseException) -> StorageError:
+    if isinstance(e, StorageError):
+        return e  # said already
     if isinstance(e, s3client.NoSuchObject) and e.code == "NoSuchBucket":
         return StorageError(f"{url}: the bucket {s3client.split(url)[0]} does not exist (or these credentials cannot see it)")
     if isinstance(e, s3client.NoSuchObject) and e.code == "NoSuchKey":
@@ -138,6 +142,9 @@ def _translate(url: str, e: BaseException) -> StorageError:
         return StorageError(f"{url}: access denied: {e.said if isinstance(e, s3client.S3Error) else e}")
     if isinstance(e, s3client.S3Error):
         return StorageError(f"{url}: {e.said}")
+    unknown = re.search(r"unexpected keyword argument '(\w+)'", str(e)) if isinstance(e, TypeError) else None
+    if unknown:  # s3fs hands storage options to aiobotocore, which refuses a name it does not know at the first request
+        return StorageError(f"{url}: the store's driver takes no storage option {unknown.group(1)!r} (see --storage-option in the README)")
     return StorageError(f"{url}: {type(e).__name__}: {e}")
 
 
@@ -352,6 +359,15 @@ def _with_retries(todo: list[K], attempt: Callable[[list[K]], list[Any]], retrie
     return results
 
 
+#: Objects in a row that ``fetch_in_order`` could not fetch, after their retries, for a reason
+#: other than their own (no answer, 5xx, throttling): then the store is down, and it stops.
+OUTAGE = 8
+
+
+class StoreUnreachable(StorageError):
+    """The store stopped answering during ``fetch_in_order``: ``OUTAGE`` objects in a row failed."""
+
+
 #: Bytes of fetched images that ``pack`` holds ahead of its encoders, at most (plus one batch
 #: being fetched): the read-ahead window of a pack from a store.
 FETCH_AHEAD = 32 << 20
@@ -387,6 +403,7 @@ def fetch_in_order(
     stop = threading.Event()
     room = threading.Condition()
     held = [0, 0]  # bytes and batches fetched and not yet taken by the consumer
+    in_a_row: list[str] = []  # the objects that went unanswered, after their retries, since the last one fetched
     fs_cache: dict[str, Any] = {}
 
     def fs_for(url: str) -> tuple[Any, str]:
@@ -395,7 +412,7 @@ def fetch_in_order(
         fs = fs_cache["fs"]
         return fs, object_path(url)
 
-    def fetch(urls: list[str]) -> list[bytes | StorageError]:
+    def fetch(urls: list[str]) -> tuple[list[bytes | StorageError], list[bool]]:
         client = s3client.client_for(urls[0], storage_options)
         attempt: Callable[[list[Any]], list[Any]]
         if client is not None:
@@ -418,7 +435,21 @@ def fetch_in_order(
         return [
             _translate(url, results[p]) if isinstance(results[p], BaseException) else results[p]
             for url, p in zip(urls, paths)
-        ]
+        ], [isinstance(results[p], BaseException) and not _permanent(results[p]) for p in paths]
+
+    def outage(urls: list[str], data: list[Any], unanswered: list[bool]) -> tuple[int, StorageError] | None:
+        """``(where in this batch the run began, the error)`` when ``OUTAGE`` objects in a row went
+        unanswered (the store itself stopped answering: stop, rather than fail every image), else None."""
+        for i, (url, failed) in enumerate(zip(urls, unanswered)):
+            if not failed:
+                in_a_row.clear()
+                continue
+            in_a_row.append(url)
+            if len(in_a_row) >= OUTAGE:
+                said = str(data[i]).removeprefix(url + ": ")
+                error = StoreUnreachable(f"{in_a_row[0]}: {said}; so were the next {len(in_a_row) - 1} objects, after {RETRIES} retries each: the store stopped answering")
+                return max(0, i - len(in_a_row) + 1), error
+        return None
 
     def feed() -> None:
         try:
@@ -431,7 +462,13 @@ def fetch_in_order(
                 chunk = list(itertools.islice(it, size))
                 if not chunk:
                     break
-                data = fetch([url_of(x) for x in chunk])
+                urls = [url_of(x) for x in chunk]
+                data, unanswered = fetch(urls)
+                stopped = outage(urls, data, unanswered)
+                if stopped is not None:  # what came before the run goes on to the encoders, then the error
+                    out.put(list(zip(chunk, data))[: stopped[0]])
+                    out.put(stopped[1])
+                    return
                 got = sum(len(d) for d in data if isinstance(d, bytes))
                 with room:
                     held[0] += got
