@@ -394,7 +394,9 @@ def fetch_in_order(
 
     An object that cannot be fetched gives a StorageError in place of its bytes: at once
     when it is missing or access is denied, after ``RETRIES`` retries with backoff for
-    anything else (timeouts, 5xx, throttling, dropped connections).
+    anything else (timeouts, 5xx, throttling, dropped connections). When ``OUTAGE`` objects in a
+    row fail that way, the store itself is down: the objects before them are yielded, then
+    ``StoreUnreachable`` is raised (pack keeps what it packed, for ``--resume``).
     """
     import queue
 
