@@ -598,7 +598,7 @@ def import_command(src, out, fmt, label_field, layout, image_options, workers, s
     """
     if image_options == image.ImageOptions():
         image_options = image.ImageOptions(pass_through=True)
-    if storage.is_url(src) and not any(c in src.split("://", 1)[1] for c in "*?["):  # a missing bucket or folder is said as such
+    if fmt is None and storage.is_url(src) and not any(c in src.split("://", 1)[1] for c in "*?["):  # a missing bucket or folder is said as such, not as a --format to give
         storage.check_bucket(src, _options(storage_options))
         if not storage.exists(src, _options(storage_options)):
             raise StorageError(f"{src}: no such object or folder")
