@@ -107,7 +107,7 @@ def test_pack_insightface_resume_and_existing_outputs(face, tmp_path):
     args = ["pack", face / "train.lst", face, tmp_path / "train.rec", "--layout", "insightface", "--pass-through"]
     assert run(*args).exit_code == 0
     result = run(*args)
-    assert result.exit_code == 1 and "exists: pass --overwrite to replace it" in result.stderr
+    assert (result.exit_code, result.stderr) == (1, f"Error: {tmp_path / 'train.rec'} exists: pass --overwrite to replace it\n")
     result = run(*args, "--resume")
     assert result.exit_code == 0 and "already complete" in result.stdout
     (tmp_path / "train.images.rec.partial").write_bytes(b"")  # an interrupted run's images, before any record

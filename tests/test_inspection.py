@@ -188,7 +188,7 @@ def test_extract_skips_a_damaged_record(golden_copy, tmp_path):
 def test_extract_refuses_to_overwrite(golden_copy, tmp_path):
     assert run("extract", golden_copy, tmp_path / "out", "-q").exit_code == 0
     result = run("extract", golden_copy, tmp_path / "out")
-    assert result.exit_code == 1 and "exists: pass --overwrite to replace it" in result.stderr
+    assert (result.exit_code, result.stderr) == (1, f"Error: {tmp_path / 'out' / 'all.lst'} exists: pass --overwrite to replace it\n")
     assert run("extract", golden_copy, tmp_path / "out", "--overwrite", "-q").exit_code == 0
 
 
@@ -206,7 +206,7 @@ def test_index_rebuild_gives_the_same_idx(golden_copy):
 
 def test_index_counter_keys_and_overwrite(golden_copy, tmp_path):
     result = run("index", golden_copy)
-    assert result.exit_code == 1 and "exists: pass --overwrite to replace it" in result.stderr
+    assert (result.exit_code, result.stderr) == (1, f"Error: {golden_copy.with_suffix('.idx')} exists: pass --overwrite to replace it\n")
     assert run("index", golden_copy, "--keys", "counter", "--idx", tmp_path / "c.idx").exit_code == 0
     keys = [line.split("\t")[0] for line in (tmp_path / "c.idx").read_text().splitlines()]
     assert keys == [str(i) for i in range(14)]
