@@ -129,6 +129,7 @@ def test_the_streamed_rec_upload_aborts_stale_uploads_and_completes(s3, bucket, 
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded, use of fork:DeprecationWarning")  # the fork is the point: a DataLoader forks so
 def test_a_forked_child_reads_with_connections_of_its_own(s3, bucket):
     """What a DataLoader worker does: the parent has used the client (connections, its thread
     pool); the child's requests work, where obstore's tokio runtime would hang."""
