@@ -425,6 +425,11 @@ class SampleReader(Protocol):
         """How many samples, when the format says so without reading them."""
         return None
 
+    def shard_names(self) -> list[str | None]:
+        """The files the samples come from, in order, as the resume fingerprint names them (a
+        resumed import must read the same ones): paths or URLs, or the names in the format's index."""
+        return []
+
     def class_names(self) -> list[str] | None:
         """When labels are class names (strings): their sorted distinct names, read as cheaply as
         the format allows (a pass over the labels only); None when labels are numbers."""

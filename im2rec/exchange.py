@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from . import recordio, storage
-from .bridges import FORMATS, Batch, DatasetMeta, Sample, default_flag, read_meta, shard_files, source_folder
+from .bridges import FORMATS, Batch, DatasetMeta, Sample, SampleReader, default_flag, read_meta, shard_files, source_folder
 from .errors import Im2recError, OptionError, OutputExistsError, RecordIOError
 from .fsutil import atomic_open, make_parents, start_writeback
 from .inspection import Problem
@@ -57,7 +57,7 @@ def _module(fmt: str) -> Any:
     return importlib.import_module(f".fmt_{fmt}", __package__)
 
 
-def reader_for(fmt: str, src: str, storage_options: dict | None = None, label_field: str | None = None) -> Any:
+def reader_for(fmt: str, src: str, storage_options: dict | None = None, label_field: str | None = None) -> SampleReader:
     """The format's ``Reader`` of ``src`` (a folder, a shard file, a glob; local or a URL);
     ``label_field`` names the field (tar extension, column) holding the label."""
     module = _module(fmt)
@@ -371,16 +371,14 @@ class SampleSource:
     (``class_ids``).
     """
 
-    def __init__(self, reader: Any, src: str, fmt: str, class_ids: dict[str, int], keyed: bool):
+    def __init__(self, reader: SampleReader, src: str, fmt: str, class_ids: dict[str, int], keyed: bool):
         self.reader, self.name, self.root, self.fmt = reader, src, "", fmt
         self.class_ids, self.keyed = class_ids, keyed
 
     @contextmanager
     def checked(self, opts: PackOptions) -> Iterator[Checked]:
         count = self.reader.count()
-        shards = getattr(self.reader, "shards", None) or getattr(self.reader, "files", None) or getattr(self.reader, "chunks", None) or []
-        names = [s if isinstance(s, str) else getattr(s, "basename", None) or (s.get("filename") if isinstance(s, dict) else None) for s in shards]
-        fingerprint = {"list": self.name, "format": self.fmt, "shards": names, "count": count, "options": opts.output_affecting()}
+        fingerprint = {"list": self.name, "format": self.fmt, "shards": self.reader.shard_names(), "count": count, "options": opts.output_affecting()}
         yield Checked(0, count, fingerprint)
 
     def _task(self, seq: int, sample: Sample) -> Task:

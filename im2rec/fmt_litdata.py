@@ -403,6 +403,9 @@ class Reader(FolderSource):
         self.roles = pick_roles({n: f.split(":", 1)[0] for n, f in zip(self.names, self.formats)}, label_field, where)
         self.meta: DatasetMeta | None = read_meta(self.src, storage_options)
 
+    def shard_names(self) -> list[str | None]:
+        return [c.get("filename") for c in self.chunks]
+
     def count(self) -> int:
         """How many samples, from ``index.json``."""
         return sum(int(c["chunk_size"]) for c in self.chunks)

@@ -342,6 +342,9 @@ class Reader(FolderSource):
         self.shards = [Shard(entry, self.src) for entry in index["shards"]]
         self.meta: DatasetMeta | None = read_meta(self.src, storage_options)
 
+    def shard_names(self) -> list[str | None]:
+        return [s.basename or None for s in self.shards]
+
     def count(self) -> int:
         """How many samples, from ``index.json``."""
         return sum(s.samples for s in self.shards)

@@ -313,6 +313,9 @@ class Reader:
                 continue
         return None
 
+    def shard_names(self) -> list[str | None]:
+        return list(self.files)
+
     def count(self) -> int | None:
         if self.meta is not None and self.meta.samples and self.meta.format == "parquet" and len(self.meta.shards) == len(self.files):
             return self.meta.samples

@@ -432,6 +432,9 @@ class Reader:
         self.meta: DatasetMeta | None = read_meta(source_folder(src), storage_options)
         check_listed(self.shards, self.meta, "webdataset", src)
 
+    def shard_names(self) -> list[str | None]:
+        return list(self.shards)
+
     def count(self) -> int | None:
         if self.meta is not None and self.meta.format == "webdataset" and len(self.meta.shards) == len(self.shards):
             return self.meta.samples
