@@ -24,7 +24,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Union
+from typing import Any, Protocol, Union
 
 import numpy as np
 
@@ -59,6 +59,19 @@ def _shard_paths(path_or_paths: PathLike | Sequence[PathLike]) -> list[str]:
             return read_manifest(path)
         return [path]
     return [os.fspath(p) for p in path_or_paths]
+
+
+class Leader(Protocol):
+    """What a ``RecordDataset`` asks of the sampler whose order it follows (``RecordSampler``)."""
+
+    @property
+    def window(self) -> int:
+        """Read blocks each worker holds at once."""
+        ...
+
+    def upcoming(self) -> np.ndarray:
+        """The indices the next iteration yields on this rank."""
+        ...
 
 
 class RecordDataset:
@@ -210,7 +223,7 @@ class RecordDataset:
         self._offsets, self._shards = self._offsets[lo:hi], self._shards[lo:hi]
         self._identities: np.ndarray | None = None
         self._blocks: np.ndarray | None = None
-        self.sampler: Any = None  # a RecordSampler whose order the reads follow (see follow)
+        self.sampler: Leader | None = None  # a RecordSampler whose order the reads follow (see follow)
         self._ahead: _ReadAhead | None = None
 
     @property
@@ -224,7 +237,7 @@ class RecordDataset:
             self._blocks = np.append(np.flatnonzero(new), np.int64(len(self))).astype(np.int64)
         return self._blocks
 
-    def follow(self, sampler: Any) -> None:
+    def follow(self, sampler: Leader) -> None:
         """Read in the order of ``sampler`` (a block-local ``RecordSampler`` calls this): from a
         store, fetch whole read blocks, and in each DataLoader worker (or this process) the
         blocks of its next batch while the current one is decoded."""
@@ -234,7 +247,7 @@ class RecordDataset:
     def _hold_window(self) -> None:
         """Room in memory for the sampler's window of blocks being read and the next batch's
         blocks fetched ahead, if that is more than ``storage.HOLD``."""
-        window = getattr(getattr(self.sampler, "order", None), "window", None)
+        window = self.sampler.window if self.sampler is not None else 0
         if self.remote and window:
             storage.hold_at_least(2 * window * self.block_bytes + self.block_bytes)
 
@@ -246,6 +259,8 @@ class RecordDataset:
         the sampler's order (a DataLoader worker gets every ``num_workers``-th batch). Where
         ``items`` is not found in that order (another sampler, another epoch), nothing."""
         ahead = self._ahead
+        if self.sampler is None:
+            return
         if ahead is None or ahead.pid != os.getpid():
             ahead = self._ahead = _ReadAhead(self.sampler.upcoming())
         at = ahead.locate(items)

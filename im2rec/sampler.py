@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator, Sized
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -50,11 +50,22 @@ def _distributed() -> tuple[int, int] | None:
     return None
 
 
+@runtime_checkable
+class BlockReads(Protocol):
+    """What a dataset may offer beyond ``len()`` (``RecordDataset`` does): its read blocks, the
+    positions where each starts, and reading in the order of the sampler it is handed."""
+
+    @property
+    def blocks(self) -> np.ndarray: ...
+
+    def follow(self, sampler: Any) -> None: ...
+
+
 def _block_starts(dataset: Sized, block_size: int | None) -> np.ndarray:
     """Start of each block and ``len(dataset)`` at the end: the dataset's own read blocks
     (``RecordDataset.blocks``) unless ``block_size`` sets a fixed number of records."""
     n = len(dataset)
-    if block_size is None and hasattr(dataset, "blocks"):
+    if block_size is None and isinstance(dataset, BlockReads):
         return np.asarray(dataset.blocks, dtype=np.int64)
     size = block_size or 64
     return np.append(np.arange(0, n, size, dtype=np.int64), np.int64(n)) if n else np.zeros(1, np.int64)
@@ -123,10 +134,10 @@ class RecordSampler:
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
         self.dataset = dataset
-        if block_local and shuffle and hasattr(dataset, "follow"):
-            dataset.follow(self)  # RecordDataset: from a store, fetch whole blocks, and the next batch's ahead
         self.seed, self.num_replicas, self.rank = int(seed), num_replicas, rank
         self.order = _Order(shuffle, drop_last, block_local, window, block_size, batch_size, max(0, num_workers))
+        if block_local and shuffle and isinstance(dataset, BlockReads):
+            dataset.follow(self)  # RecordDataset: from a store, fetch whole blocks, and the next batch's ahead
         self.epoch = 0
         self._blocks: dict[int | None, np.ndarray] = {}
         # The current iteration: it deals `_plan_order` over `_plan_replicas` ranks; the first
@@ -222,6 +233,11 @@ class RecordSampler:
         rest = order[consumed:]  # elastic: deal what is left over the ranks there are now
         rest = np.resize(rest, _share(rest.size, self.num_replicas, self.drop_last) * self.num_replicas) if rest.size else rest
         return rest[self.rank :: self.num_replicas], consumed, order.size, order_settings, replicas
+
+    @property
+    def window(self) -> int:
+        """Read blocks each worker holds at once (``RecordDataset`` makes room for them)."""
+        return self.order.window
 
     def upcoming(self) -> np.ndarray:
         """The indices the next iteration will yield on this rank, without starting it: a

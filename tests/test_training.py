@@ -304,3 +304,19 @@ def test_readme_training_recipe_runs_as_copied(real_size_folders, tmp_path, monk
     import torch
 
     assert scope["targets"].dtype == torch.int64 and torch.equal(scope["targets"].double(), scope["labels"].double())
+
+
+@pytest.mark.slow
+def test_a_wide_window_makes_room_for_its_blocks(store, monkeypatch):
+    """RecordSampler(window=W) over a dataset in a store raises the process's budget of fetched
+    ranges to W blocks being read and W fetched ahead, plus one (before, the sampler handed itself
+    over before it had an order, and the room was never made)."""
+    from im2rec import RecordSampler, storage
+
+    _, proxy = store
+    monkeypatch.setattr(storage._HELD, "limit", storage.HOLD)
+    remote = RecordDataset(URL, mode="raw", storage_options=options(proxy))
+    RecordSampler(remote, seed=0)  # the default window, 8 blocks of 4 MB: within HOLD
+    assert storage._HELD.limit == storage.HOLD
+    RecordSampler(remote, seed=0, window=32)
+    assert storage._HELD.limit == (2 * 32 + 1) * remote.block_bytes
