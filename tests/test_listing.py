@@ -161,7 +161,7 @@ def test_missing_root(tmp_path):
 def test_root_is_a_file(tmp_path):
     (tmp_path / "f.jpg").write_bytes(b"x")
     result = run("list", tmp_path / "f.jpg", tmp_path / "d")
-    assert result.exit_code == 2 and "is a file" in result.stderr
+    assert result.exit_code == 2 and result.stderr.splitlines()[-1] == f"Error: Invalid value for 'ROOT': Directory '{tmp_path / 'f.jpg'}' is a file."
 
 
 @pytest.mark.parametrize(

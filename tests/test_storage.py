@@ -121,7 +121,7 @@ def test_storage_options_on_the_command_line(s3, monkeypatch):
     result = run("verify", "s3://data/all.rec", "--storage-option", f"endpoint_url={s3}", "-q")
     assert result.exit_code == 0, result.output
     result = run("verify", "s3://data/all.rec", "--storage-option", "novalue")
-    assert result.exit_code == 2 and "expected KEY=VALUE, got 'novalue'" in result.stderr
+    assert result.exit_code == 2 and result.stderr.splitlines()[-1] == "Error: Invalid value for '--storage-option': expected KEY=VALUE, got 'novalue'"
 
 
 @pytest.mark.slow
@@ -267,7 +267,7 @@ def test_pack_insightface_layout_to_s3(s3, data_dir, tmp_path, monkeypatch):
         assert result.exit_code == 0, result.output
         assert s3_bytes(f"data/faceparts/train-0000{i}-of-00002.layout") == b"insightface\n"
     result = run("merge", "s3://data/faceparts/train.rec", "s3://data/faceparts/train-0000?-of-00002.rec")
-    assert result.exit_code == 2 and "Error: the insightface layout merges local parts only (for now): copy the parts here, merge, then upload" in result.stderr
+    assert result.exit_code == 2 and result.stderr.splitlines()[-1] == "Error: the insightface layout merges local parts only (for now): copy the parts here, merge, then upload"
 
 
 def test_a_failed_upload_leaves_nothing_under_the_key(s3):
