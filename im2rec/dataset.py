@@ -54,7 +54,7 @@ def _shard_paths(path_or_paths: PathLike | Sequence[PathLike]) -> list[str]:
     if isinstance(path_or_paths, (str, os.PathLike)):
         path = os.fspath(path_or_paths)
         if path.endswith(".json"):  # a shard manifest written by pack --shard-size
-            from .shards import read_manifest
+            from .recordio import read_manifest
 
             return read_manifest(path)
         return [path]
@@ -156,7 +156,7 @@ class RecordDataset:
             raise Im2recError("RecordDataset needs at least one .rec file")
         self.cache: BlockCache | None = None
         if cache_dir is not None:
-            from .shards import parse_size
+            from .text import parse_size
 
             limit = CACHE_LIMIT if cache_limit is None else parse_size(cache_limit) if isinstance(cache_limit, str) else cache_limit
             if not isinstance(limit, int) or limit < block_bytes:

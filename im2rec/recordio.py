@@ -95,6 +95,7 @@ __all__ = [
     "parse_index",
     "read_headers",
     "read_index",
+    "read_manifest",
     "sibling",
     "unpack",
     "unpack_img",
@@ -1662,3 +1663,34 @@ class MXIndexedRecordIO(MXRecordIO):
         pos = writer.write_idx(key, buf)
         self._idx[key] = pos  # type: ignore[index]
         self._keys.append(key)  # type: ignore[union-attr]
+
+
+# --------------------------------------------------------------------------- the shard manifest (OUT.shards.json)
+
+
+def read_manifest(path: str, storage_options: dict | None = None) -> list[str]:
+    """The ``.rec`` shards listed in a manifest (a path or a URL), as paths (or URLs).
+
+    Raises:
+        Im2recError: the manifest cannot be read or names no shard.
+    """
+    import json  # here: importing im2rec leaves json unimported (tests/test_pool.py's clean process relies on it)
+
+    from . import storage
+
+    try:
+        manifest = json.loads(storage.read_any(path, storage_options))
+        if storage.is_url(path):
+            folder = path.rsplit("/", 1)[0]
+            recs = [storage.join(folder, s["rec"]) for s in manifest["shards"]]
+        else:
+            folder = os.path.dirname(os.path.abspath(path))
+            recs = [os.path.join(folder, s["rec"]) for s in manifest["shards"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise Im2recError(f"{path}: not a shard manifest ({e})") from None
+    if not recs:
+        raise Im2recError(f"{path}: the manifest lists no shard")
+    for rec in recs if not storage.is_url(path) else ():  # (a store's shards: a request each; their reader says it)
+        if not os.path.isfile(rec):
+            raise Im2recError(f"{storage.missing(rec)}: {path} names it as a shard (a damaged or stale manifest?)")
+    return recs

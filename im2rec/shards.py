@@ -26,7 +26,8 @@ from . import __version__, faces, storage
 from .errors import Im2recError, OptionError
 from .fsutil import commit, make_parents, remove_quietly, start_writeback
 from .outputs import FAILED_HEADER, partial, refuse_existing
-from .recordio import RecordWriter, format_index, idx_path_of, read_index, sibling
+from .recordio import RecordWriter, format_index, idx_path_of, read_index, read_manifest, sibling
+from .text import parse_size
 
 __all__ = [
     "MergeResult",
@@ -44,11 +45,6 @@ __all__ = [
 ]
 
 _PART_RE = re.compile(r"-(\d{5})-of-(\d{5})\.rec$")
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
-
-
 def part_path(out_rec: str, index: int, count: int) -> str:
     """``out.rec`` -> ``out-00001-of-00003.rec`` for part 1 of 3."""
     return f"{os.path.splitext(out_rec)[0]}-{index:05d}-of-{count:05d}.rec"
@@ -92,22 +88,6 @@ def shard_path(out_rec: str, index: int) -> str:
 
 def manifest_path(out_rec: str) -> str:
     return sibling(out_rec, "shards")
-
-
-def parse_size(text: str) -> int:
-    """``"1GB"`` -> 10**9, ``"500MB"``, ``"64MiB"`` -> 2**26, ``"12345"`` -> 12345 bytes.
-
-    Raises:
-        ValueError: not a size.
-    """
-    m = _SIZE_RE.match(text)
-    unit = (m.group(2) or "").lower() if m else ""
-    if not m or unit not in _UNITS:
-        raise ValueError(f"{text!r} is not a size: use bytes or a unit such as 500MB, 1GB, 64MiB")
-    size = int(float(m.group(1)) * _UNITS[unit])
-    if size < 1:
-        raise ValueError(f"{text!r} is not a positive size")
-    return size
 
 
 def _stem(rec: str) -> str:
@@ -441,25 +421,3 @@ def existing_shard_outputs(out_rec: str) -> list[str]:
     return found
 
 
-def read_manifest(path: str, storage_options: dict | None = None) -> list[str]:
-    """The ``.rec`` shards listed in a manifest (a path or a URL), as paths (or URLs).
-
-    Raises:
-        Im2recError: the manifest cannot be read or names no shard.
-    """
-    try:
-        manifest = json.loads(storage.read_any(path, storage_options))
-        if storage.is_url(path):
-            folder = path.rsplit("/", 1)[0]
-            recs = [storage.join(folder, s["rec"]) for s in manifest["shards"]]
-        else:
-            folder = os.path.dirname(os.path.abspath(path))
-            recs = [os.path.join(folder, s["rec"]) for s in manifest["shards"]]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise Im2recError(f"{path}: not a shard manifest ({e})") from None
-    if not recs:
-        raise Im2recError(f"{path}: the manifest lists no shard")
-    for rec in recs if not storage.is_url(path) else ():  # (a store's shards: a request each; their reader says it)
-        if not os.path.isfile(rec):
-            raise Im2recError(f"{storage.missing(rec)}: {path} names it as a shard (a damaged or stale manifest?)")
-    return recs
