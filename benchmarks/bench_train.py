@@ -79,6 +79,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import CACHE, STORES, corpus, proxy_stats, start_proxy, start_store, stop, tree_pss_kb
 
+from im2rec.fmt_mds import write_streaming_stand_ins
+
 BATCH = 64
 SIZE = 224
 CHUNK_BYTES = 64_000_000
@@ -95,17 +97,6 @@ TITLES = {
     "s3torchconnector": "s3torchconnector S3MapDataset",
 }
 PIP = {"litdata": "litdata", "streaming": "mosaicml-streaming", "webdataset": "webdataset", "s3torchconnector": "s3torchconnector"}
-# What `import streaming` takes from torchvision and transformers (it uses neither to read MDS): a stand-in for each.
-STUBS = {
-    "torchvision/__init__.py": "from . import datasets, transforms  # noqa: F401\n__version__ = '0.0.0+stub'\n",
-    "torchvision/datasets.py": "class VisionDataset:\n    def __init__(self, *args, **kwargs):\n        pass\n\n\nclass CIFAR10(VisionDataset):\n    pass\n",
-    "torchvision/transforms/__init__.py": "from . import functional  # noqa: F401\n",
-    "torchvision/transforms/functional.py": "def to_tensor(pic):\n    raise NotImplementedError('torchvision stand-in')\n",
-    "transformers/__init__.py": "class BatchEncoding(dict):\n    pass\n\n\nclass BatchFeature(dict):\n    pass\n",
-    "transformers/models/__init__.py": "",
-    "transformers/models/auto/__init__.py": "",
-    "transformers/models/auto/tokenization_auto.py": "class AutoTokenizer:\n    pass\n",
-}
 
 
 def decode(data: bytes):
@@ -413,9 +404,7 @@ def main() -> None:
     stop_store, endpoint, store_env = start_store(args.store)
     proxy, proxy_url = start_proxy(endpoint, args.latency)
     stub = Path(tempfile.mkdtemp(prefix="im2rec-bench-torchvision-"))
-    for rel, text in STUBS.items():
-        (stub / rel).parent.mkdir(parents=True, exist_ok=True)
-        (stub / rel).write_text(text)
+    write_streaming_stand_ins(stub)  # for `import streaming` in its subprocesses
     try:
         import s3fs
 

@@ -46,9 +46,11 @@ from .errors import Im2recError
 __all__ = [
     "COLUMNS",
     "INDEX_NAME",
+    "STREAMING_STAND_INS",
     "Reader",
     "Writer",
     "shard_name",
+    "write_streaming_stand_ins",
 ]
 
 log = logging.getLogger(__name__)
@@ -396,3 +398,31 @@ class Reader(FolderSource):
                 if position >= start:
                     yield build_sample(position, f"{shard.basename}:{i}", roles, shard.getter(data, begin, end))
                 position += 1
+
+# --------------------------------------------------------------------------- MosaicML's reader, beside ours
+
+#: What ``import streaming`` (MosaicML's own reader, which the tests and benchmarks read our
+#: shards with) takes from torchvision and transformers at import time, using neither to read or
+#: write MDS: a stand-in for each. The only torchvision wheel on the index is a CUDA build that
+#: does not load beside CPU torch.
+STREAMING_STAND_INS = {
+    "torchvision/__init__.py": "from . import datasets, transforms  # noqa: F401\n__version__ = '0.0.0+stub'\n",
+    "torchvision/datasets.py": "class VisionDataset:\n    def __init__(self, *args, **kwargs):\n        pass\n\n\nclass CIFAR10(VisionDataset):\n    pass\n",
+    "torchvision/transforms/__init__.py": "from . import functional  # noqa: F401\n",
+    "torchvision/transforms/functional.py": "def to_tensor(pic):\n    raise NotImplementedError('torchvision stand-in')\n",
+    "transformers/__init__.py": "class BatchEncoding(dict):\n    pass\n\n\nclass BatchFeature(dict):\n    pass\n",
+    "transformers/models/__init__.py": "",
+    "transformers/models/auto/__init__.py": "",
+    "transformers/models/auto/tokenization_auto.py": "class AutoTokenizer:\n    pass\n",
+}
+
+
+def write_streaming_stand_ins(folder: str | os.PathLike[str]) -> str:
+    """Write ``STREAMING_STAND_INS`` under ``folder`` (put it first on ``sys.path`` or
+    ``PYTHONPATH`` before ``import streaming``); returns the folder."""
+    for rel, text in STREAMING_STAND_INS.items():
+        path = os.path.join(folder, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    return os.fspath(folder)

@@ -16,21 +16,7 @@ from conftest import s3_endpoint
 from im2rec import bridges, fmt_mds
 from im2rec.bridges import DatasetMeta, Sample
 from im2rec.errors import Im2recError
-from im2rec.fmt_mds import Reader, Writer
-
-# What `import streaming` takes from torchvision and transformers (streaming imports both at
-# import time, uses neither to read or write MDS): a stand-in for each, first on sys.path.
-# The only torchvision wheel on the index is a CUDA build that does not load beside CPU torch.
-STUBS = {
-    "torchvision/__init__.py": "from . import datasets, transforms  # noqa: F401\n__version__ = '0.0.0+stub'\n",
-    "torchvision/datasets.py": "class VisionDataset:\n    def __init__(self, *args, **kwargs):\n        pass\n\n\nclass CIFAR10(VisionDataset):\n    pass\n",
-    "torchvision/transforms/__init__.py": "from . import functional  # noqa: F401\n",
-    "torchvision/transforms/functional.py": "def to_tensor(pic):\n    raise NotImplementedError('torchvision stand-in')\n",
-    "transformers/__init__.py": "class BatchEncoding(dict):\n    pass\n\n\nclass BatchFeature(dict):\n    pass\n",
-    "transformers/models/__init__.py": "",
-    "transformers/models/auto/__init__.py": "",
-    "transformers/models/auto/tokenization_auto.py": "class AutoTokenizer:\n    pass\n",
-}
+from im2rec.fmt_mds import Reader, Writer, write_streaming_stand_ins
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +25,7 @@ def streaming(tmp_path_factory):
     the stand-ins leave sys.path and sys.modules after the module's tests."""
     pytest.importorskip("torch")
     stubs = tmp_path_factory.mktemp("streaming-stubs")
-    for rel, text in STUBS.items():
-        (stubs / rel).parent.mkdir(parents=True, exist_ok=True)
-        (stubs / rel).write_text(text)
+    write_streaming_stand_ins(stubs)
     stubbed = []
     for name in ("torchvision", "transformers"):
         try:  # a real one that loads is fine too
