@@ -416,8 +416,8 @@ class S3Client:
             sent = dict(headers or {})
             credentials = None if self.config.anonymous else self._credentials.get()
             if credentials is not None:
-                payload = UNSIGNED if scheme == "https" or not body else hashlib.sha256(body).hexdigest()
-                sign(method, host, path, query, sent, payload if body else EMPTY_SHA256, credentials, self._regions.get(bucket, self.config.region))
+                payload = EMPTY_SHA256 if not body else UNSIGNED if scheme == "https" else hashlib.sha256(body).hexdigest()  # TLS guards a body
+                sign(method, host, path, query, sent, payload, credentials, self._regions.get(bucket, self.config.region))
             target = path + ("?" + _query_string(query) if query else "")
             if body or method in ("PUT", "POST"):
                 sent["Content-Length"] = str(len(body))
