@@ -154,7 +154,8 @@ def clients(paths: list[str], args) -> None:
     """Section 0: the same objects through pack's fetching with each client, and s3fs's cat, in this process."""
     import s3fs
 
-    from im2rec import s3client, storage
+    from im2rec import storage
+    from im2rec.storage import s3client
 
     urls = [f"s3://{p}" for p in paths]
 

@@ -14,7 +14,7 @@ of it is cached under common.CACHE, so a second run starts at once.
 SeaweedFS's S3 server (`weed mini`, a real object store that checks signatures) runs on
 loopback in a process of its own, or with --store moto moto's (patched to serve a ranged GET
 without copying the whole object first: see common.MOTO_WITH_RANGES); everything is uploaded to it directly, and
-read through `python -m im2rec.proxy --latency` (another process, so that the proxy does
+read through `python -m im2rec.testing.proxy --latency` (another process, so that the proxy does
 not share the measured process's GIL), which adds --latency seconds to every request, as
 a cloud store's time to first byte, and counts the requests (`GET /__stats`).
 
@@ -79,7 +79,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import CACHE, STORES, corpus, proxy_stats, start_proxy, start_store, stop, tree_pss_kb
 
-from im2rec.fmt_mds import write_streaming_stand_ins
+from im2rec.formats.mds import write_streaming_stand_ins
 
 BATCH = 64
 SIZE = 224

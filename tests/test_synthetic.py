@@ -7,7 +7,7 @@ import cv2
 import numpy as np
 import pytest
 
-from im2rec.synthetic import SIZES, CorpusSpec, make_corpus, make_image
+from im2rec.testing.synthetic import SIZES, CorpusSpec, make_corpus, make_image
 
 
 @pytest.mark.slow
@@ -89,7 +89,7 @@ def files_of(root):
 
 @pytest.mark.slow
 def test_faces_same_arguments_same_bytes_and_layout(tmp_path):
-    from im2rec.synthetic import BINS, FaceSpec, make_faces
+    from im2rec.testing.synthetic import BINS, FaceSpec, make_faces
 
     spec = FaceSpec(identities=3, per_identity=4, seed=1, pairs=6)
     result = make_faces(str(tmp_path / "a"), spec)
@@ -115,7 +115,7 @@ def test_faces_same_arguments_same_bytes_and_layout(tmp_path):
 
 
 def test_a_face_keeps_its_identity():
-    from im2rec.synthetic import FaceSpec, make_face
+    from im2rec.testing.synthetic import FaceSpec, make_face
 
     spec = FaceSpec(seed=3)
     assert np.array_equal(make_face(spec, 2, 5), make_face(spec, 2, 5))
@@ -136,7 +136,7 @@ def test_faces_list_and_pack_insightface_then_read(tmp_path):
 
     from im2rec import RecordDataset
     from im2rec.cli import main
-    from im2rec.synthetic import FaceSpec, make_faces
+    from im2rec.testing.synthetic import FaceSpec, make_faces
 
     make_faces(str(tmp_path), FaceSpec(identities=5, per_identity=3, pairs=4))
     runner = CliRunner()
@@ -162,7 +162,7 @@ def test_faces_bin_sets_extract_and_build(tmp_path):
     from click.testing import CliRunner
 
     from im2rec.cli import main
-    from im2rec.synthetic import BINS, FaceSpec, make_faces
+    from im2rec.testing.synthetic import BINS, FaceSpec, make_faces
     from im2rec.verification import VerificationPairs, load_bin
 
     make_faces(str(tmp_path), FaceSpec(identities=2, per_identity=2, pairs=8))
@@ -190,7 +190,7 @@ def test_faces_bin_sets_extract_and_build(tmp_path):
 @pytest.mark.parametrize("identities, per_identity", [(1, 1), (1, 3), (4, 1)])
 def test_faces_of_any_size(tmp_path, identities, per_identity):
     from im2rec import RecordDataset
-    from im2rec.synthetic import FaceSpec, make_faces
+    from im2rec.testing.synthetic import FaceSpec, make_faces
     from im2rec.verification import load_bin
 
     make_faces(str(tmp_path), FaceSpec(identities=identities, per_identity=per_identity, pairs=4))
@@ -205,7 +205,7 @@ def test_faces_of_any_size(tmp_path, identities, per_identity):
 
 @pytest.mark.slow
 def test_faces_command_line(tmp_path, capsys):
-    from im2rec.synthetic import main as synthetic_main
+    from im2rec.testing.synthetic import main as synthetic_main
 
     proc = subprocess.run(
         [sys.executable, "-m", "im2rec.synthetic", str(tmp_path / "set"), "--faces", "--identities", "2", "--per-identity", "3"],
@@ -240,7 +240,7 @@ def test_readme_face_section_runs_as_written(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     from im2rec.cli import main as im2rec_main
-    from im2rec.synthetic import main as synthetic_main
+    from im2rec.testing.synthetic import main as synthetic_main
 
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     section = readme.split("## Face recognition datasets", 1)[1].split("\n## ", 1)[0]

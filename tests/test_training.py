@@ -20,10 +20,10 @@ from click.testing import CliRunner
 from conftest import deadline, s3_endpoint
 
 from im2rec import RecordDataset, RecordSampler, storage
-from im2rec.cache import BlockCache
 from im2rec.cli import main
 from im2rec.errors import StorageError
-from im2rec.proxy import LatencyProxy
+from im2rec.storage.cache import BlockCache
+from im2rec.testing.proxy import LatencyProxy
 
 s3fs = pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'im2rec[s3]')")
 # one pytest-xdist process for the module: its store (a pack, a bucket, an upload) is set up once,
@@ -218,7 +218,7 @@ def test_cache_shared_by_racing_processes_stays_under_its_limit(store, tmp_path)
 
 @pytest.mark.slow
 def test_transient_faults_are_retried_and_counted(store, monkeypatch):
-    monkeypatch.setattr(storage, "RETRY_DELAY", 0.01)  # the backoff's first wait (0.2 s)
+    monkeypatch.setattr(storage.retries, "RETRY_DELAY", 0.01)  # the backoff's first wait (0.2 s)
     rec, proxy = store
     local = RecordDataset(rec, mode="raw")
     for kind in ("503", "500", "reset"):
@@ -243,7 +243,7 @@ def test_a_stalled_store_times_out_and_is_retried(store):
 
 
 def test_a_record_that_stays_unreadable_names_the_url_and_key(store, monkeypatch):
-    monkeypatch.setattr(storage, "RETRY_DELAY", 0.01)
+    monkeypatch.setattr(storage.retries, "RETRY_DELAY", 0.01)
     _, proxy = store
     ds = RecordDataset(URL, mode="raw", storage_options=options(proxy), retries=2)
     proxy.fail(3, "500", match="/train/data.rec")
@@ -314,9 +314,9 @@ def test_a_wide_window_makes_room_for_its_blocks(store, monkeypatch):
     from im2rec import RecordSampler, storage
 
     _, proxy = store
-    monkeypatch.setattr(storage._HELD, "limit", storage.HOLD)
+    monkeypatch.setattr(storage.remote._HELD, "limit", storage.HOLD)
     remote = RecordDataset(URL, mode="raw", storage_options=options(proxy))
     RecordSampler(remote, seed=0)  # the default window, 8 blocks of 4 MB: within HOLD
-    assert storage._HELD.limit == storage.HOLD
+    assert storage.remote._HELD.limit == storage.HOLD
     RecordSampler(remote, seed=0, window=32)
-    assert storage._HELD.limit == (2 * 32 + 1) * remote.block_bytes
+    assert storage.remote._HELD.limit == (2 * 32 + 1) * remote.block_bytes

@@ -175,7 +175,7 @@ def det_labels(i: int) -> list[float]:
 
 
 def make_inputs(work: Path) -> None:
-    from im2rec.synthetic import main as synthetic
+    from im2rec.testing.synthetic import main as synthetic
 
     imgs = work / "imgs"
     synthetic([str(imgs), "--classes", "3", "--per-class", "4", "--size", "small", "--seed", "0", "--workers", "1"])

@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__, faces, storage
-from .errors import Im2recError, OptionError
-from .fsutil import commit, make_parents, remove_quietly, start_writeback
-from .outputs import FAILED_HEADER, partial, refuse_existing
-from .recordio import RecordWriter, format_index, idx_path_of, read_index, read_manifest, sibling
-from .text import parse_size
+from .. import __version__, faces, storage
+from ..errors import Im2recError, OptionError
+from ..fsutil import commit, make_parents, remove_quietly, start_writeback
+from ..outputs import FAILED_HEADER, partial, refuse_existing
+from ..recordio import RecordWriter, format_index, idx_path_of, read_index, read_manifest, sibling
+from ..text import parse_size
 
 __all__ = [
     "MergeResult",

@@ -46,9 +46,9 @@ from typing import Any
 
 import numpy as np
 
-from .bridges import DatasetMeta, FolderSource, Sample, build_sample, decompress_zstd, pick_roles, png_from_pil_raw, read_meta
-from .errors import Im2recError
-from .fmt_mds import U32, decode_column
+from ..errors import Im2recError
+from .base import DatasetMeta, FolderSource, Sample, build_sample, decompress_zstd, pick_roles, png_from_pil_raw, read_meta
+from .mds import U32, decode_column
 
 __all__ = ["INDEX_NAME", "MISSING_LITDATA", "Reader", "Writer", "decode_leaf", "leaf_names"]
 

@@ -49,15 +49,15 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from . import __version__, faces, recordio, storage
-from .errors import Im2recError, ImageError, ListFormatError, OptionError, OutputExistsError, PackError, TooManyFailures
-from .fsutil import atomic_open, commit, make_parents, remove_quietly
-from .image import ImageOptions, format_color, init_worker, transform_image
-from .lst import format_label, iter_lst
-from .outputs import PARTIAL_SUFFIX, FailureList, Outputs, PackFiles, RecordSink, kind_of, make_output_folder, partial, refuse_existing
+from .. import __version__, faces, recordio, storage
+from ..errors import Im2recError, ImageError, ListFormatError, OptionError, OutputExistsError, PackError, TooManyFailures
+from ..fsutil import atomic_open, commit, make_parents, remove_quietly
+from ..image import ImageOptions, format_color, init_worker, transform_image
+from ..lst import format_label, iter_lst
+from ..outputs import PARTIAL_SUFFIX, FailureList, Outputs, PackFiles, RecordSink, kind_of, make_output_folder, partial, refuse_existing
+from ..text import plural
 from .pool import OrderedPool
 from .shards import ShardedWriter, existing_shard_outputs, layout_path, manifest_path, part_path
-from .text import plural
 
 __all__ = [
     "Checked",

@@ -40,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from .bridges import DatasetMeta, FolderSource, Sample, build_sample, decompress_zstd, in_folder, pick_roles, png_from_pil_raw, read_meta
-from .errors import Im2recError
+from ..errors import Im2recError
+from .base import DatasetMeta, FolderSource, Sample, build_sample, decompress_zstd, in_folder, pick_roles, png_from_pil_raw, read_meta
 
 __all__ = [
     "COLUMNS",

@@ -34,10 +34,10 @@ from typing import IO, Any, NamedTuple
 
 import numpy as np
 
-from . import storage
-from .bridges import Batch, DatasetMeta, OnShard, Sample, check_listed, extension_of, meta_text, read_meta, shard_files, source_folder
-from .errors import Im2recError
-from .fsutil import WriteBehind
+from .. import storage
+from ..errors import Im2recError
+from ..fsutil import WriteBehind
+from .base import Batch, DatasetMeta, OnShard, Sample, check_listed, extension_of, meta_text, read_meta, shard_files, source_folder
 
 __all__ = ["Reader", "Writer", "shard_name"]
 

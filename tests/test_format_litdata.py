@@ -1,4 +1,4 @@
-"""fmt_litdata: written with litdata's BinaryWriter, read by our own code; checked against litdata itself."""
+"""formats.litdata: written with litdata's BinaryWriter, read by our own code; checked against litdata itself."""
 
 import json
 import multiprocessing
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from conftest import s3_endpoint
 
-from im2rec import bridges
-from im2rec.bridges import DatasetMeta, Sample
 from im2rec.errors import Im2recError
-from im2rec.fmt_litdata import Reader, Writer
+from im2rec.formats import base
+from im2rec.formats.base import DatasetMeta, Sample
+from im2rec.formats.litdata import Reader, Writer
 
 pytestmark = pytest.mark.xdist_group("torch")  # litdata imports torch
 
@@ -177,7 +177,7 @@ def test_zstd_missing_and_damaged_chunks_are_one_clear_error(litdata, tmp_path, 
     writer.add_item(0, {"image": b"abc", "label": np.ones(2, np.float32)})  # an array: not an Arrow row
     writer.done()
     writer.merge(1)
-    monkeypatch.setattr(bridges, "optional", lambda name: None)
+    monkeypatch.setattr(base, "optional", lambda name: None)
     with pytest.raises(Im2recError) as e:
         list(Reader(str(tmp_path / "z")).samples())
     assert str(e.value) == f"{tmp_path / 'z' / 'chunk-0-0.zstd.bin'}: compressed with zstd: reading it needs zstandard: pip install zstandard"

@@ -1,4 +1,4 @@
-"""fmt_mds: MDS written and read by our own code, checked against MosaicML streaming's own writer and reader."""
+"""formats.mds: MDS written and read by our own code, checked against MosaicML streaming's own writer and reader."""
 
 import json
 import os
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from conftest import s3_endpoint
 
-from im2rec import bridges, fmt_mds
-from im2rec.bridges import DatasetMeta, Sample
 from im2rec.errors import Im2recError
-from im2rec.fmt_mds import Reader, Writer, write_streaming_stand_ins
+from im2rec.formats import base, mds
+from im2rec.formats.base import DatasetMeta, Sample
+from im2rec.formats.mds import Reader, Writer, write_streaming_stand_ins
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +136,7 @@ def test_zstd_shards_are_read_and_a_missing_module_is_one_clear_error(tmp_path, 
     (tmp_path / "index.json").write_text(json.dumps(index, sort_keys=True))
     for a, b in zip(samples, Reader(str(tmp_path)).samples()):
         same(a, b)
-    monkeypatch.setattr(bridges, "optional", lambda name: None)
+    monkeypatch.setattr(base, "optional", lambda name: None)
     with pytest.raises(Im2recError) as e:
         next(Reader(str(tmp_path)).samples())
     assert str(e.value) == f"{tmp_path / 'shard.00000.mds.zstd'}: compressed with zstd: reading it needs zstandard: pip install zstandard"
@@ -200,7 +200,7 @@ def test_reading_from_s3(tmp_path):
 def test_our_shards_are_mdswriters_bytes(streaming, tmp_path):
     samples = make_samples(30)
     write(tmp_path / "ours", samples, 2500)
-    with streaming.MDSWriter(out=str(tmp_path / "theirs"), columns=fmt_mds.COLUMNS, size_limit=2500) as writer:
+    with streaming.MDSWriter(out=str(tmp_path / "theirs"), columns=mds.COLUMNS, size_limit=2500) as writer:
         for s in samples:
             writer.write({"image": s.image, "key": s.key, "label": list(s.label), "meta": s.meta()})
     theirs = sorted(os.listdir(tmp_path / "theirs"))

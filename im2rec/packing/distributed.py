@@ -24,13 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import storage
-from .errors import Im2recError, ListFormatError, OptionError, PackError
-from .faces import insightface_outputs
-from .fsutil import remove_quietly
-from .outputs import Outputs, make_output_folder, refuse_existing
-from .packing import PackOptions, PackSummary, check_list, pack
-from .recordio import sibling
+from .. import storage
+from ..errors import Im2recError, ListFormatError, OptionError, PackError
+from ..faces import insightface_outputs
+from ..fsutil import remove_quietly
+from ..outputs import Outputs, make_output_folder, refuse_existing
+from ..recordio import sibling
+from .pipeline import PackOptions, PackSummary, check_list, pack
 from .shards import layout_path, merge, part_path
 
 __all__ = ["DaskSummary", "pack_dask", "pack_part"]

@@ -12,7 +12,7 @@ when the ``with`` block ends, its data folder removed.
         os.environ.update(s3.environment())   # AWS_ENDPOINT_URL, the keys, the region
         s3.make_bucket("data")
 
-``python -m im2rec.seaweed`` runs one until Ctrl-C, its environment printed as ``export``
+``python -m im2rec.testing.seaweed`` runs one until Ctrl-C, its environment printed as ``export``
 lines, for trying things by hand.
 """
 
@@ -195,7 +195,7 @@ class SeaweedS3:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m im2rec.seaweed", description="Run SeaweedFS's S3 server on 127.0.0.1 until Ctrl-C.")
+    ap = argparse.ArgumentParser(prog="python -m im2rec.testing.seaweed", description="Run SeaweedFS's S3 server on 127.0.0.1 until Ctrl-C.")
     ap.add_argument("--bucket", action="append", default=[], help="a bucket to create (may be repeated)")
     args = ap.parse_args(argv)
     with SeaweedS3() as s3:

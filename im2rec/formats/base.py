@@ -36,9 +36,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from . import storage
-from .errors import Im2recError, ImageError
-from .recordio import LAYOUTS
+from .. import storage
+from ..errors import Im2recError, ImageError
+from ..recordio import LAYOUTS
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def extension_of(data: bytes | memoryview) -> str:
     head = bytes(data[:32])
     if head[:3] == b"\xff\xd8\xff":  # the common case, without the table
         return "jpg"
-    from .image import image_format
+    from ..image import image_format
 
     return _EXTENSIONS.get(image_format(head) or "", "bin")
 
@@ -516,7 +516,7 @@ def png_from_array(pixels: np.ndarray, order: str = "RGB") -> bytes:
     Raises:
         ValueError: a shape or dtype PNG cannot hold.
     """
-    from .image import ImageOptions, encode
+    from ..image import ImageOptions, encode
 
     if pixels.dtype not in (np.uint8, np.uint16):
         raise ValueError(f"pixels of {pixels.dtype} cannot be stored as PNG (uint8 or uint16 only)")

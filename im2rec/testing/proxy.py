@@ -20,7 +20,7 @@ or chunked transfer-encoding (copied verbatim, chunk lines included); ``Expect:
 (its counters as JSON) and neither forwarded nor counted, so that a benchmark can read the
 counters of a proxy running in another process.
 
-``python -m im2rec.proxy UPSTREAM [--latency 0.02] [--port 0]`` serves in a process of its
+``python -m im2rec.testing.proxy UPSTREAM [--latency 0.02] [--port 0]`` serves in a process of its
 own (a benchmark keeps it from sharing the measured process's GIL): its URL on the first
 line of stdout, then until it is killed or its stdin closes.
 """
@@ -390,8 +390,8 @@ async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter | Non
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m im2rec.proxy UPSTREAM``: serve until killed, or until stdin closes."""
-    parser = argparse.ArgumentParser(prog="python -m im2rec.proxy", description=__doc__.split("\n\n")[0])
+    """``python -m im2rec.testing.proxy UPSTREAM``: serve until killed, or until stdin closes."""
+    parser = argparse.ArgumentParser(prog="python -m im2rec.testing.proxy", description=__doc__.split("\n\n")[0])
     parser.add_argument("upstream", help="the server to forward to, http://HOST:PORT")
     parser.add_argument("--latency", type=float, default=0.02, help="seconds added to every request (default 0.02)")
     parser.add_argument("--port", type=int, default=0, help="port to listen on, on 127.0.0.1 (default: a free one)")

@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from . import storage
-from .bridges import IMAGE_NAMES, KEY_NAMES, LABEL_NAMES, Batch, DatasetMeta, OnShard, Sample, check_listed, extension_of, in_folder, labels_of, meta_text, read_meta, shard_files, source_folder
-from .errors import Im2recError
-from .fsutil import start_writeback
+from .. import storage
+from ..errors import Im2recError
+from ..fsutil import start_writeback
+from .base import IMAGE_NAMES, KEY_NAMES, LABEL_NAMES, Batch, DatasetMeta, OnShard, Sample, check_listed, extension_of, in_folder, labels_of, meta_text, read_meta, shard_files, source_folder
 
 __all__ = ["ROW_GROUP_BYTES", "ROW_GROUP_ROWS", "Reader", "Writer", "pyarrow"]
 

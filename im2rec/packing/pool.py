@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from .errors import WorkerError
+from ..errors import WorkerError
 
 try:
     import fcntl
