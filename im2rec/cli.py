@@ -430,21 +430,27 @@ def pack_command(lst, root, out, image_options, pack_label, label_width, layout,
 
 
 def _pack_and_report(lst, root, out, options, stats, strict, quiet):
-    _report(lambda bar: packing.pack(lst, root, out, options, bar), options, stats, strict, quiet)
+    summary = _with_bar(lambda bar: packing.pack(lst, root, out, options, bar), options, stats, quiet)
+    _conclude(summary, options, stats, strict, quiet)
 
 
-def _report(run, options, stats, strict, quiet):
-    """Run ``run(bar)`` (a pack, or an import) with a progress bar; print its summary, write
-    ``--stats``; Ctrl-C and SIGTERM keep the finished part for --resume."""
+def _with_bar(run, options, stats, quiet):
+    """``run(bar)`` (a pack, or an import) with a progress bar, returning what it returns;
+    Ctrl-C and SIGTERM keep the finished part for --resume; a run stopped by
+    ``--max-errors`` still writes ``--stats``."""
     bar = _Bar(not quiet)
     with _exits_when_interrupted(bar, "the finished part is kept: rerun with --resume to continue"):
         try:
-            summary = run(bar)
+            return run(bar)
         except TooManyFailures as e:
             if stats is not None and isinstance(e.summary, packing.PackSummary):
                 packing.write_stats(stats.path, e.summary, options, sys.argv)
                 stats.upload()
             raise
+
+
+def _conclude(summary, options, stats, strict, quiet):
+    """After a pack or an import: ``--stats``, the summary line, the exit status."""
     if stats is not None:
         packing.write_stats(stats.path, summary, options, sys.argv)
         stats.upload()
@@ -454,8 +460,6 @@ def _report(run, options, stats, strict, quiet):
         raise click.ClickException(f"no image could be packed: all {summary.failed:,} failed; see {summary.outputs.failed}")
     if strict and summary.failed:
         raise click.ClickException(f"{summary.failed:,} image(s) failed (--strict); see {summary.outputs.failed}")
-
-
 
 
 def _pack_with_dask(lst, root, out, options, address, num_parts, merge, strict, quiet):
@@ -468,19 +472,10 @@ def _pack_with_dask(lst, root, out, options, address, num_parts, merge, strict, 
             click.echo(f"part {i}: {packing.summary_line(summary)}", err=True)
 
     result = distributed.pack_dask(lst, root, out, options, address, num_parts, merge, on_part)
-    failures = result.failures
     if not quiet:
-        where = result.rec if result.merged else f"{result.num_parts} parts next to {result.rec}"
-        if result.identities is not None:
-            where += f", insightface layout with {result.identities:,} identities"
-        failed = ", ".join(f"{n:,} {kind}" for kind, n in sorted(failures.items()))
-        click.echo(
-            f"packed {result.packed:,} of {result.images:,} images into {where} ({result.bytes / 1e6:,.1f} MB) "
-            f"with {result.num_parts} Dask tasks on {result.workers} workers in {result.seconds:.1f} s; "
-            + (f"{sum(failures.values()):,} failed ({failed})" if failures else "0 failed")
-        )
-    if strict and failures:
-        raise click.ClickException(f"{sum(failures.values()):,} image(s) failed (--strict)")
+        click.echo(distributed.summary_line(result))
+    if strict and result.failed:
+        raise click.ClickException(f"{result.failed:,} image(s) failed (--strict)")
 
 
 @main.command("merge")
@@ -620,16 +615,10 @@ def import_command(src, out, fmt, label_field, layout, image_options, workers, s
             storage_options=_options(storage_options),
         )
         stats = storage.StagedOutput(stats_path, options.storage_options, overwrite=True) if stats_path else None
-        written: list = []
-
-        def run(bar):
-            summary, classes = exchange.import_samples(src, out, fmt, options, bar, label_field=label_field)
-            written.append(classes)
-            return summary
-
-        _report(run, options, stats, strict, quiet)
-    if written and written[0] and not quiet:
-        click.echo(f"class names: {written[0]}")
+        summary, classes = _with_bar(lambda bar: exchange.import_samples(src, out, fmt, options, bar, label_field=label_field), options, stats, quiet)
+        _conclude(summary, options, stats, strict, quiet)
+    if classes and not quiet:
+        click.echo(f"class names: {classes}")
 
 
 @main.command("convert")

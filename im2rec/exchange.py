@@ -363,18 +363,21 @@ class SampleSource:
     def _task(self, seq: int, sample: Sample) -> Task:
         key = sample.key
         index = int(key) if self.keyed and key.isdigit() else seq
-        data: bytes | tuple[str, str] = sample.problem if sample.problem is not None else bytes(sample.image)
+        failed = sample.problem
         label: float | tuple[float, ...]
         values = sample.label
         if not values and sample.class_name is not None:
             values = (float(self.class_ids[sample.class_name]),) if sample.class_name in self.class_ids else ()
-            if not values and sample.problem is None:
-                data = ("bad-label", f"class {sample.class_name!r} has no id")
+            if not values and failed is None:
+                failed = ("bad-label", f"class {sample.class_name!r} has no id")
         flag = sample.flag if sample.flag is not None else default_flag(values)
         label = values[0] if flag == 0 and len(values) == 1 else tuple(values)
-        if not values and not isinstance(data, tuple):
-            data = ("bad-label", "no label")
-        return Task(seq, index, label, sample.where, sample.where, data, sample.id if self.keyed else None, sample.id2 if self.keyed else 0)
+        if not values and failed is None:
+            failed = ("bad-label", "no label")
+        return Task(
+            index, label, sample.where, sample.where, data=bytes(sample.image) if failed is None else None, failed=failed,
+            header_id=sample.id if self.keyed else None, id2=sample.id2 if self.keyed else 0,
+        )
 
     def tasks(self, start: int, stop: int | None, summary: PackSummary | None) -> Iterator[Task]:
         for seq, sample in enumerate(self.reader.samples(start), start):

@@ -30,10 +30,12 @@ from ..faces import insightface_outputs
 from ..fsutil import remove_quietly
 from ..outputs import Outputs, make_output_folder, refuse_existing
 from ..recordio import sibling
-from .pipeline import PackOptions, PackSummary, check_list, pack
+from .options import PackOptions
+from .pipeline import check_list, pack
+from .report import PackSummary
 from .shards import layout_path, merge, part_path
 
-__all__ = ["DaskSummary", "pack_dask", "pack_part"]
+__all__ = ["DaskSummary", "pack_dask", "pack_part", "summary_line"]
 
 
 def pack_part(lst: str, root: str, out_rec: str, options: PackOptions, part_index: int) -> PackSummary:
@@ -71,8 +73,25 @@ class DaskSummary:
         return total
 
     @property
+    def failed(self) -> int:
+        return sum(self.failures.values())
+
+    @property
     def bytes(self) -> int:
         return sum(s.bytes for s in self.parts.values())
+
+
+def summary_line(result: DaskSummary) -> str:
+    """One line for humans, as ``report.summary_line`` says a single run: packed, where, the tasks, failed by reason."""
+    where = result.rec if result.merged else f"{result.num_parts} parts next to {result.rec}"
+    if result.identities is not None:
+        where += f", insightface layout with {result.identities:,} identities"
+    failed = ", ".join(f"{n:,} {kind}" for kind, n in sorted(result.failures.items()))
+    return (
+        f"packed {result.packed:,} of {result.images:,} images into {where} ({result.bytes / 1e6:,.1f} MB) "
+        f"with {result.num_parts} Dask tasks on {result.workers} workers in {result.seconds:.1f} s; "
+        + (f"{result.failed:,} failed ({failed})" if result.failed else "0 failed")
+    )
 
 
 def _client(address: str, workers: int) -> Any:

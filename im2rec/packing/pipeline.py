@@ -32,158 +32,50 @@ identical bytes whatever the number of workers.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import itertools
 import json
 import logging
 import os
-import posixpath
 import time
 from array import array
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from .. import __version__, faces, recordio, storage
-from ..errors import Im2recError, ImageError, ListFormatError, OptionError, OutputExistsError, PackError, TooManyFailures
-from ..fsutil import atomic_open, commit, make_parents, remove_quietly
-from ..image import ImageOptions, format_color, init_worker, transform_image
+from .. import recordio, storage
+from ..errors import Im2recError, ImageError, ListFormatError, OptionError, PackError, TooManyFailures
+from ..fsutil import remove_quietly
+from ..image import ImageOptions, init_worker, transform_image
 from ..lst import format_label, iter_lst
-from ..outputs import PARTIAL_SUFFIX, FailureList, Outputs, PackFiles, RecordSink, kind_of, make_output_folder, partial, refuse_existing
+from ..outputs import FailureList, PackFiles, RecordSink, kind_of, make_output_folder, partial
 from ..text import plural
+from .destination import Plan, finish, plan, shard_outputs
+from .options import PackOptions
 from .pool import OrderedPool
-from .shards import ShardedWriter, existing_shard_outputs, layout_path, manifest_path, part_path
+from .report import TRANSPARENT_EXAMPLES, PackSummary, transparency_warning
+from .shards import ShardedWriter, manifest_path
 
-__all__ = [
-    "Checked",
-    "ListSource",
-    "PackOptions",
-    "PackSummary",
-    "Progress",
-    "Result",
-    "Source",
-    "Task",
-    "check_list",
-    "encode_record",
-    "pack",
-    "pack_source",
-    "summary_line",
-    "transparency_clause",
-    "transparency_warning",
-    "write_stats",
-]
+__all__ = ["Checked", "ListSource", "Progress", "Result", "Source", "Task", "check_list", "encode_record", "iter_tasks", "pack", "pack_source"]
 
 log = logging.getLogger(__name__)
 
-TRANSPARENT_EXAMPLES = 100  # images with transparency kept by name for the warning and --stats (the count is exact)
-ALPHA_HINT = "pass --alpha-background COLOR to composite them"
 
-
-def default_workers() -> int:
-    """Every core this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-@dataclass(frozen=True)
-class PackOptions:
-    """Options of ``im2rec pack`` besides the per-image ones, with the CLI's defaults.
-
-    Attributes:
-        image: how each image is processed.
-        pack_label: store every label of a line (flag = count) when it has more than one.
-        label_width: every line must have exactly this many labels; all are stored
-            (as float32 labels after the header when > 1, as the scalar label when 1).
-        workers: worker processes.
-        overwrite: replace existing outputs (and discard an interrupted run's files).
-        resume: continue an interrupted run from its last complete record.
-        max_errors: stop (and fail) when more images than this have failed.
-        num_parts, part_index: pack only part ``part_index`` of ``num_parts`` contiguous
-            slices of the list (entries ``[n*I//N, n*(I+1)//N)``), to
-            ``OUT-0000I-of-0000N.rec``; ``merge`` joins the parts.
-        shard_size: start a new ``OUT-0000K.rec`` whenever the next record would take
-            the current one past this many bytes, and list them in ``OUT.shards.json``.
-        in_process: encode in this process instead of a worker pool (for callers that
-            are themselves worker processes, such as Dask tasks).
-        allow_outside_root: accept list paths that are absolute or climb out of ROOT
-            with ``..`` (refused by default: a list from elsewhere could otherwise pull
-            any readable file of the machine into the ``.rec``).
-        layout: ``"plain"`` (im2rec.py's: keys = list indices) or ``"insightface"``
-            (RecBuilder's face-recognition layout, see ``faces``: labels must be integer
-            identity ids). A part of an insightface pack is written plain; ``merge``
-            with ``layout="insightface"`` lays the whole out.
-        storage_options: fsspec's options when ROOT or the output is a URL.
-    """
-
-    image: ImageOptions = field(default_factory=ImageOptions)
-    pack_label: bool = False
-    label_width: int | None = None
-    workers: int = field(default_factory=default_workers)
-    overwrite: bool = False
-    resume: bool = False
-    max_errors: int | None = None
-    num_parts: int = 1
-    part_index: int | None = None
-    shard_size: int | None = None
-    in_process: bool = False
-    allow_outside_root: bool = False
-    layout: str = "plain"
-    storage_options: dict | None = None  # fsspec's, for a ROOT or an output that is a URL
-
-    def __post_init__(self) -> None:
-        if self.label_width is not None and self.label_width < 1:
-            raise ValueError(f"label_width must be at least 1, got {self.label_width}")
-        if self.workers < 1:
-            raise ValueError(f"workers must be at least 1, got {self.workers}")
-        if self.max_errors is not None and self.max_errors < 0:
-            raise ValueError(f"max_errors must be 0 or more, got {self.max_errors}")
-        if self.num_parts < 1:
-            raise OptionError(f"--num-parts must be at least 1, got {self.num_parts}", "--num-parts")
-        if self.part_index is not None and not 0 <= self.part_index < self.num_parts:
-            needs = " (give the number of parts with --num-parts N)" if self.num_parts == 1 else ""
-            raise OptionError(f"{self.part_index} is not below --num-parts {self.num_parts}{needs}", "--part-index")
-        if self.shard_size is not None and self.shard_size < 1:
-            raise OptionError(f"--shard-size must be positive, got {self.shard_size}", "--shard-size")
-        if self.shard_size is not None and (self.part_index is not None or self.resume):
-            raise OptionError("--shard-size cannot be combined with --part-index, --dask or --resume")
-        if self.layout not in recordio.LAYOUTS:
-            raise ValueError(f"layout must be 'plain' or 'insightface', got {self.layout!r}")
-        if self.layout == "insightface" and (self.shard_size is not None or self.pack_label or (self.label_width or 1) > 1):
-            raise OptionError("--layout insightface has one identity label per image: no --shard-size, --pack-label or --label-width N")
-
-    def output_affecting(self) -> dict:
-        """The options that change the bytes written (what a resumed run must share)."""
-        return {
-            "image": dataclasses.asdict(self.image),
-            "pack_label": self.pack_label,
-            "label_width": self.label_width,
-            "part": [self.part_index, self.num_parts] if self.part_index is not None else None,
-        }
-
-    def part_slice(self, n: int) -> tuple[int, int]:
-        """The list positions ``[start, stop)`` this run packs, for a list of ``n`` entries."""
-        if self.part_index is None:
-            return 0, n
-        return n * self.part_index // self.num_parts, n * (self.part_index + 1) // self.num_parts
 
 
 class Task(NamedTuple):
-    """One image to pack: where it is in the list, and what goes in its header."""
+    """One image to pack: its key, what goes in its header, where its bytes are."""
 
-    seq: int
     index: int  # type: ignore[assignment]  # the .lst word for it; tuple.index() is never called on a Task
     label: float | tuple[float, ...]
     path: str  # as written in the .lst
     file: str  # root joined with path
-    data: bytes | tuple[str, str] | None = None  # fetched bytes (a URL ROOT, an import's sample), or (kind, reason) of a failure before encoding
-    id: int | None = None  # the IRHeader's id; None: ``index`` (im2rec.py's)
+    data: bytes | None = None  # its bytes, fetched already (a URL ROOT, an import's sample); None: read ``file``
+    failed: tuple[str, str] | None = None  # (kind, reason): it failed before encoding (its fetch, an import's sample)
+    header_id: int | None = None  # the IRHeader's id; None: ``index`` (im2rec.py's)
     id2: int = 0
 
 
@@ -195,37 +87,6 @@ class Result(NamedTuple):
     kind: str = ""  # failure category, see ImageError
     reason: str = ""
     transparent: bool = False  # the image had transparency (see image.Decoded); the record bytes do not say it
-
-
-@dataclass
-class PackSummary:
-    """What a pack run did (resumed runs include the work of the interrupted one)."""
-
-    lst: str
-    root: str
-    outputs: Outputs
-    images: int = 0  # entries in the list
-    packed: int = 0
-    failures: Counter = field(default_factory=Counter)  # kind -> count
-    bytes: int = 0
-    seconds: float = 0.0
-    resumed_from: int = 0  # list entries already done by an interrupted run
-    resumed_packed: int = 0  # records already written by it
-    complete: bool = False
-    already_complete: bool = False  # resume=True found the outputs finished
-    manifest: str | None = None  # with shard_size: the manifest, and the shards
-    shards: list[str] = field(default_factory=list)
-    header_split: list[int] = field(default_factory=list)  # keys of records split inside their header
-    retried: int = 0  # a URL ROOT: requests retried after a transient failure
-    identities: int | None = None  # insightface layout: identity records written
-    sha256: dict = field(default_factory=dict)  # URL outputs: URL -> sha256 of what was uploaded
-    transparent: int = 0  # packed images that had transparency (alpha not all opaque)
-    transparent_examples: list[tuple[int, str]] = field(default_factory=list)  # (index, path), the first TRANSPARENT_EXAMPLES
-    alpha_background: tuple[int, int, int] | None = None  # what they were composited over; None: alpha was dropped
-
-    @property
-    def failed(self) -> int:
-        return sum(self.failures.values())
 
 
 class Progress:
@@ -326,8 +187,8 @@ def check_list(lst: str, opts: PackOptions) -> ListCheck:
 def iter_tasks(lst: str, root: str, opts: PackOptions, start: int = 0, stop: int | None = None) -> Iterator[Task]:
     """The list's entries at positions ``[start, stop)`` as Tasks, read lazily."""
     join = storage.join if storage.is_url(root) else os.path.join
-    for seq, (_, entry) in enumerate(iter_lst(lst, start, stop), start):
-        yield Task(seq, entry.index, _label_of(entry.labels, opts), entry.path, join(root, entry.path))
+    for _, entry in iter_lst(lst, start, stop):
+        yield Task(entry.index, _label_of(entry.labels, opts), entry.path, join(root, entry.path))
 
 
 def _fetching(tasks: Iterable[Task], opts: PackOptions, summary: PackSummary) -> Iterator[Task]:
@@ -337,7 +198,7 @@ def _fetching(tasks: Iterable[Task], opts: PackOptions, summary: PackSummary) ->
         for task, data in storage.fetch_in_order(tasks, lambda t: t.file, opts.storage_options, stats=stats):
             if isinstance(data, storage.StorageError):
                 kind = "missing" if "no such object" in str(data) else "unreadable"
-                yield task._replace(data=(kind, _reason_of(data, task.file)))
+                yield task._replace(failed=(kind, _reason_of(data, task.file)))
             else:
                 yield task._replace(data=data)
     finally:
@@ -391,10 +252,10 @@ def _read_file(path: str) -> bytes:
 def encode_record(task: Task, opts: ImageOptions) -> Result:
     """Read, transform and pack one image. Never raises: a failure is a Result with a reason."""
     try:
-        if isinstance(task.data, tuple):  # the fetch from a URL ROOT failed
-            return Result(task, None, task.data[0], task.data[1])
+        if task.failed is not None:  # its fetch from a URL ROOT failed, or an import's sample
+            return Result(task, None, *task.failed)
         out = transform_image(task.data if task.data is not None else _read_file(task.file), opts, task.index)
-        payload = recordio.pack(recordio.IRHeader(0, task.label, task.index if task.id is None else task.id, task.id2), out.data)
+        payload = recordio.pack(recordio.IRHeader(0, task.label, task.index if task.header_id is None else task.header_id, task.id2), out.data)
         if len(payload) > recordio.MAX_RECORD_SIZE:
             return Result(task, None, "too-large", f"record of {len(payload):,} bytes is above RecordIO's 2**29-byte limit")
         return Result(task, recordio.frame(payload), transparent=out.transparent)
@@ -480,197 +341,6 @@ def _shown(path: str) -> str:
     return path if storage.is_url(path) else os.path.abspath(path)
 
 
-class _Destination:
-    """Where a pack's records go: ``loop`` names the files the write loop writes, ``final``
-    those the user gets; ``stream_to``, an S3 URL the ``.rec`` is sent to as it grows."""
-
-    loop: Outputs
-    final: Outputs
-    stream_to: str | None = None
-
-    def complete(self) -> bool:
-        """``--resume`` found the outputs of a run that finished: nothing to do."""
-        raise NotImplementedError
-
-    def written(self) -> bool:
-        """An earlier run wrote the records; what comes after them is still to do."""
-        raise NotImplementedError
-
-    def refuse(self) -> None:
-        """Before any work: refuse outputs that exist (without ``--overwrite``) and the like."""
-
-    def prepare(self) -> None:
-        """Once the list is checked, before the first record: clear what ``--overwrite`` replaces."""
-
-    def finish(self, summary: PackSummary) -> None:
-        """After the loop: lay the records out, upload them."""
-
-
-def nothing_packed(summary: PackSummary, opts: PackOptions) -> bool:
-    """Whether a whole output (not a part a merge waits for, not shards) got no record because
-    every image failed: it then leaves only its failure list."""
-    return bool(summary.failed and not summary.packed and not summary.already_complete and opts.part_index is None and not opts.shard_size)
-
-
-class _Files(_Destination):
-    """Local files: ``OUT.rec`` (or part ``OUT-0000I-of-0000N.rec``, or shards) where the write
-    loop puts them; a part of an insightface pack gets its ``.layout`` beside it."""
-
-    def __init__(self, out_rec: str, opts: PackOptions):
-        self.opts = opts
-        self.final = self.loop = Outputs.for_rec(part_path(out_rec, opts.part_index, opts.num_parts) if opts.part_index is not None else out_rec)
-
-    def complete(self) -> bool:
-        out = self.loop
-        return self.opts.resume and not self.opts.overwrite and all(os.path.exists(p) for p in out.required) and not os.path.exists(out.state)
-
-    def written(self) -> bool:
-        return self.complete()
-
-    def refuse(self) -> None:
-        if not self.opts.shard_size:
-            return
-        existing = self._shard_outputs()
-        unfinished = [p for p in existing if p.endswith(PARTIAL_SUFFIX)]
-        if unfinished and not self.opts.overwrite:
-            raise PackError(f"{unfinished[0]} is left from an interrupted --shard-size run, which cannot be resumed: pass --overwrite to start again")
-        refuse_existing(existing, self.opts.overwrite)
-
-    def _shard_outputs(self) -> list[str]:
-        out = self.loop
-        return existing_shard_outputs(out.rec) + [p for p in (out.failed, partial(out.failed)) if os.path.exists(p)]
-
-    def prepare(self) -> None:
-        for path in self._shard_outputs() if self.opts.shard_size else []:  # an earlier run's (--overwrite)
-            remove_quietly(path)
-
-    def finish(self, summary: PackSummary) -> None:
-        if self.opts.part_index is not None and self.opts.layout == "insightface":  # the layout travels with the part, to merge
-            with atomic_open(layout_path(self.loop.rec), "w", encoding="ascii", newline="\n") as f:
-                f.write("insightface\n")
-        if nothing_packed(summary, self.opts):  # no empty .rec and .idx: the failure list says why
-            remove_quietly(self.loop.rec)
-            remove_quietly(self.loop.idx)
-
-
-class _Layout(_Destination):
-    """``--layout insightface``: the loop writes the images plain, in list order, to
-    ``OUT.images.rec`` (resumable as any pack); ``finish`` lays them out as ``OUT.rec``."""
-
-    def __init__(self, out_rec: str, opts: PackOptions):
-        self.opts, self.out_rec = opts, out_rec
-        self.inner = _Files(recordio.sibling(out_rec, "images"), opts)
-        self.loop, self.final = self.inner.loop, Outputs.for_rec(out_rec)
-        self.finals = [*faces.insightface_outputs(out_rec), self.final.failed]
-        self.required = faces.insightface_outputs(out_rec)  # the failure list only when something failed
-
-    def complete(self) -> bool:
-        images = self.loop.rec
-        return self.opts.resume and all(os.path.exists(p) for p in self.required) and not os.path.exists(images) and not os.path.exists(partial(images))
-
-    def written(self) -> bool:
-        return self.inner.written()
-
-    def refuse(self) -> None:
-        if not self.opts.resume:
-            refuse_existing(self.finals, self.opts.overwrite)
-
-    def finish(self, summary: PackSummary) -> None:
-        if not os.path.exists(self.loop.rec):  # laid out by an earlier run (whose upload did not finish)
-            return
-        laid = faces.lay_out(self.loop.rec, self.out_rec)
-        if laid.images:
-            summary.bytes, summary.identities = laid.bytes, laid.identities
-        summary.already_complete = False
-
-
-class _Upload(_Destination):
-    """A URL output: the loop writes in a local staging folder (kept for ``--resume``), and
-    ``finish`` uploads each output so that it appears under its URL only complete (a
-    multipart upload, aborted on failure), the index last. On S3 the ``.rec`` is streamed
-    while it is written (``storage.Streamer``); elsewhere, and for the insightface layout,
-    which is laid out at the end, it is uploaded then."""
-
-    def __init__(self, out_url: str, opts: PackOptions):
-        if opts.shard_size is not None:
-            raise PackError(f"{out_url}: --shard-size writes local shards only (for now): pack them locally, then copy")
-        storage.check_bucket(out_url, opts.storage_options)
-        self.opts = opts
-        self.folder = out_url.rsplit("/", 1)[0]
-        self.inner = _destination(os.path.join(storage.staging_dir(out_url), posixpath.basename(out_url)), opts)
-        self.loop, staged = self.inner.loop, self.inner.final
-        self.final = Outputs.for_rec(storage.join(self.folder, os.path.basename(staged.rec)))
-        if opts.layout == "plain" and storage.Streamer.supported(out_url):  # the loop writes into _Files
-            self.inner.stream_to = self.stream_to = self.final.rec
-        self.staged = staged
-
-    def _there(self) -> list[str]:
-        return [url for url in (self.final.rec, self.final.idx) if storage.exists(url, self.opts.storage_options)]
-
-    def _staged_any(self) -> bool:
-        return any(os.path.exists(p) for p in (*self.loop.partials, *self.loop.finals, *self.staged.finals))
-
-    def complete(self) -> bool:
-        return self.opts.resume and len(self._there()) == 2 and not self._staged_any()  # uploaded by an earlier run
-
-    def written(self) -> bool:
-        return self.inner.written() or self.inner.complete()
-
-    def refuse(self) -> None:
-        opts, staged = self.opts, self.staged
-        there = self._there()
-        if there and not opts.overwrite and not opts.resume:
-            raise OutputExistsError(there[0])
-        if not opts.overwrite and not opts.resume:
-            if all(os.path.exists(p) for p in staged.required):
-                raise PackError(
-                    f"{self.final.rec}: an earlier run packed it but did not finish uploading it (its files are in "
-                    f"{os.path.dirname(staged.rec)}): pass --resume to upload them, or --overwrite to start again"
-                )
-            if any(os.path.exists(p) for p in (*self.loop.partials, self.loop.state)):
-                raise PackError(
-                    f"{self.final.rec}: an interrupted run left its finished part in {os.path.dirname(staged.rec)}: "
-                    f"pass --resume to continue it, or --overwrite to start again"
-                )
-        self.inner.refuse()
-
-    def finish(self, summary: PackSummary) -> None:
-        self.inner.finish(summary)
-        staged = self.staged
-        streamed = self.stream_to is not None and not summary.already_complete  # the .rec is in the store already
-        if streamed and nothing_packed(summary, self.opts):
-            storage.remove([self.final.rec], self.opts.storage_options)  # an empty .rec, streamed as it grew
-        files = [staged.failed] if streamed else [staged.rec, staged.failed]
-        if self.opts.layout == "insightface":
-            files.append(recordio.sibling(staged.rec, "property") if self.opts.part_index is None else layout_path(staged.rec))
-        files.append(staged.idx)  # readers look for the .idx: it appears once the rest is there
-        url_of = {path: storage.join(self.folder, os.path.basename(path)) for path in files}
-        if summary.already_complete and not os.path.exists(staged.idx):
-            return
-        for path in [staged.rec, *files]:  # for --stats: what was uploaded (hashed here, where it is local)
-            digest = _sha256(path)
-            if digest is not None:
-                summary.sha256[url_of.get(path, self.final.rec)] = digest
-        for path in files:
-            if os.path.exists(path):
-                storage.upload(path, url_of[path], self.opts.storage_options)
-            elif path == staged.failed and storage.exists(url_of[path], self.opts.storage_options):
-                storage.remove([url_of[path]], self.opts.storage_options)  # an earlier run's: nothing failed now
-        for path in [*files, staged.rec]:
-            remove_quietly(path)
-        with contextlib.suppress(OSError):  # the staging folder, once empty
-            os.rmdir(os.path.dirname(staged.rec))
-
-
-def _destination(out_rec: str, opts: PackOptions) -> _Destination:
-    """Where a pack's records go: local files, laid out as insightface's, sent to a store."""
-    if storage.is_url(out_rec):
-        return _Upload(out_rec, opts)
-    if opts.layout == "insightface" and opts.part_index is None:
-        return _Layout(out_rec, opts)
-    return _Files(out_rec, opts)
-
-
 def _resumed_from(indices: Iterable[int], start: int, last_key: int | None, failed: list[tuple[int, str]]) -> tuple[int, list[str]]:
     """Where an interrupted run stopped: the position after its last record (``indices``: the
     source's indices from position ``start``), and the failures it listed before it (later
@@ -702,13 +372,14 @@ def _open_files(files: PackFiles, resuming: bool, failures: FailureList, source:
     return first
 
 
-def _run(source: Source, checked: Checked, dest: _Destination, opts: PackOptions, progress: Progress, summary: PackSummary) -> None:
+def _run(source: Source, checked: Checked, dest: Plan, opts: PackOptions, progress: Progress, summary: PackSummary) -> None:
     """Stages 2 and 3: encode the source's images and write them, through one loop, into the
-    destination's sink: pack's resumable single file, or size-limited shards."""
+    plan's sink: pack's resumable single file, or size-limited shards."""
     out = dest.loop
     sink: RecordSink
-    if opts.shard_size:  # local files only: the other destinations refuse shards
-        dest.prepare()
+    if opts.shard_size:  # local files only: the other plans refuse shards
+        for path in shard_outputs(out):  # an earlier run's (--overwrite)
+            remove_quietly(path)
         sink = shards = ShardedWriter(out.rec, opts.shard_size)
     else:
         resuming = PackFiles.claim(out, checked.fingerprint, opts.overwrite, opts.resume)
@@ -824,7 +495,7 @@ def pack(
 ) -> PackSummary:
     """Pack the images of a ``.lst`` into ``OUT.rec`` and ``OUT.idx``.
 
-    One pipeline, top to bottom (``pack_source``): where the records go (``_destination``:
+    One pipeline, top to bottom (``pack_source``): where the records go (``destination.plan``:
     local files, laid out as insightface's, sent to a store), the list checked (stage 1),
     its images encoded (stage 2) and written in order (stage 3) by one loop, then the
     destination finished (laid out, uploaded).
@@ -856,26 +527,23 @@ def pack(
 
 
 def pack_source(source: Source, out_rec: str, opts: PackOptions, progress: Progress | None = None) -> PackSummary:
-    """The pipeline of ``pack`` for any ``Source``: the destination, stage 1 (``source.checked``),
-    stages 2 and 3 (``_run``), the destination finished. See ``pack``."""
+    """The pipeline of ``pack`` for any ``Source``: the plan of where the records go, stage 1
+    (``source.checked``), stages 2 and 3 (``_run``), the plan finished. See ``pack``."""
     progress = progress or Progress()
     started = time.perf_counter()
-    dest = _destination(out_rec, opts)
+    dest = plan(out_rec, opts)  # names, what an earlier run left, refusals: before any work
     summary = PackSummary(source.name, source.root, dest.final, alpha_background=opts.image.alpha_background)
-    if dest.complete():
-        summary.already_complete = summary.complete = True  # an earlier run finished: nothing to do
+    if dest.earlier == "finished":
+        summary.already_complete = summary.complete = True  # nothing to do
         return summary
-    dest.refuse()
     with source.checked(opts) as checked:
         summary.images = checked.stop - checked.start if checked.stop is not None else 0
         make_output_folder(dest.loop.rec)
-        if dest.written():
-            summary.already_complete = True  # the records were written by an earlier run; what follows them was not
-        else:
+        if dest.earlier == "nothing":
             _run(source, checked, dest, opts, progress, summary)
     if checked.stop is None:  # a source of unknown length: as many as were read
         summary.images = summary.packed + summary.failed
-    dest.finish(summary)
+    finish(dest, opts, summary)
     _warn(summary)
     summary.complete = True
     summary.seconds = time.perf_counter() - started
@@ -895,114 +563,3 @@ def _warn(summary: PackSummary) -> None:
         )
     if summary.transparent and summary.alpha_background is None:
         log.warning("%s", transparency_warning(summary))
-
-
-# --------------------------------------------------------------------------- reporting
-
-
-def _images(n: int) -> str:
-    return plural(n, 'image')
-
-
-def transparency_clause(s: PackSummary, hint: str = ALPHA_HINT) -> str:
-    """The summary's words on images that had transparency ('' when none had); ``hint``
-    says how to composite them instead of dropping their alpha."""
-    if not s.transparent:
-        return ""
-    had = f"{_images(s.transparent)} had transparency" + (" (since the resume)" if s.resumed_from else "")
-    if s.alpha_background is not None:
-        return f"{had}, composited over {format_color(s.alpha_background)}"
-    return f"{had}; alpha was dropped ({hint})"
-
-
-def transparency_warning(s: PackSummary, names: int = 3) -> str:
-    """The warning for images whose alpha was dropped, naming the first few."""
-    shown = [path for _, path in s.transparent_examples[:names]]
-    more = f" and {s.transparent - len(shown):,} more" if s.transparent > len(shown) else ""
-    return (
-        f"{s.outputs.rec}: {_images(s.transparent)} had transparency and {'were' if s.transparent != 1 else 'was'} "
-        f"packed with the alpha channel dropped, as im2rec.py does (a picture kept in alpha packs as a blank "
-        f"image): {', '.join(shown)}{more}; `im2rec pack --alpha-background COLOR` composites them over a colour instead"
-    )
-
-
-def summary_line(s: PackSummary, alpha_hint: str = ALPHA_HINT) -> str:
-    """One line for humans: packed, failed by reason, bytes, seconds, images that had transparency."""
-    if s.already_complete:
-        return f"{s.outputs.rec} is already complete: nothing to resume"
-    rate = (s.packed - s.resumed_packed) / s.seconds if s.seconds else 0.0
-    failed = ", ".join(f"{n:,} {kind}" for kind, n in sorted(s.failures.items()))
-    resumed = f" (resumed after {s.resumed_from:,})" if s.resumed_from else ""
-    into = f"{len(s.shards)} shards listed in {s.manifest}" if s.manifest else s.outputs.rec
-    if s.identities is not None:
-        into += f", insightface layout with {s.identities:,} identities"
-    return (
-        f"packed {s.packed:,} of {s.images:,} images{resumed} into {into} ({s.bytes / 1e6:,.1f} MB) "
-        f"in {s.seconds:.1f} s ({rate:,.0f} images/s); "
-        + (f"{s.failed:,} failed ({failed}), listed in {s.outputs.failed}" if s.failed else "0 failed")
-        + (f"; {s.retried:,} requests retried" if s.retried else "")
-        + (f"; {transparency_clause(s, alpha_hint)}" if s.transparent else "")
-    )
-
-
-def _sha256(path: str) -> str | None:
-    if not os.path.exists(path):
-        return None
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _output_hashes(s: PackSummary) -> dict:
-    files = {"failed": s.outputs.failed}
-    if s.manifest:
-        files["manifest"] = s.manifest
-        files.update({f"shard {n}": rec for n, rec in enumerate(s.shards)})
-        files.update({f"shard {n} idx": recordio.idx_path_of(rec) for n, rec in enumerate(s.shards)})
-    else:
-        files.update(rec=s.outputs.rec, idx=s.outputs.idx)
-    return {
-        name: {"path": path, "sha256": s.sha256.get(path)} if storage.is_url(path) else {"path": os.path.abspath(path), "sha256": _sha256(path)}
-        for name, path in files.items()
-    }
-
-
-def write_stats(path: str, summary: PackSummary, options: PackOptions, argv: list[str] | None = None) -> dict:
-    """Write the JSON audit record of a run (atomically) and return it.
-
-    It holds the im2rec version, the command line, every option, the counts
-    (packed, failed by reason), bytes, timings, and the sha256 of the ``.rec``
-    and ``.idx`` written: enough to reproduce and audit the run.
-    """
-    s = summary
-    stats = {
-        "im2rec": __version__,
-        "argv": argv,
-        "list": s.lst if storage.is_url(s.lst) else os.path.abspath(s.lst),
-        "root": s.root if storage.is_url(s.root) or not s.root else os.path.abspath(s.root),  # "" for an import
-        "options": dataclasses.asdict(options),
-        "complete": s.complete,
-        "counts": {"images": s.images, "packed": s.packed, "failed": s.failed, "failed_by_reason": dict(sorted(s.failures.items()))},
-        "resumed_from": s.resumed_from,
-        "bytes": s.bytes,
-        "seconds": round(s.seconds, 3),
-        "images_per_second": round(s.packed / s.seconds, 1) if s.seconds else None,
-        "transparency": {
-            "images": s.transparent,  # packed images that had transparency
-            "alpha": "dropped" if s.alpha_background is None else f"composited over {format_color(s.alpha_background)}",
-            "counted_from": s.resumed_from,  # a resumed run counts the images after this list position only
-            "examples": [{"index": index, "path": path} for index, path in s.transparent_examples],
-            "examples_limit": TRANSPARENT_EXAMPLES,
-        },
-        "outputs": _output_hashes(s),
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    tmp = partial(path)
-    make_parents(path)
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(stats, f, indent=1)
-        f.write("\n")
-    commit(tmp, path)
-    return stats
