@@ -33,12 +33,12 @@ from .fsutil import WriteBehind, atomic_open, remove_quietly
 from .image import image_info
 from .outputs import Outputs, RecordFile
 from .recordio import (
+    FRAME_HEAD_SIZE,
     IRHEADER_SIZE,
     LAYOUTS,
     MAGIC,
     MAX_RECORD_SIZE,
     PADDING,
-    PART_HEAD_SIZE,
     RECORD_HEAD,
     IRHeader,
     RecordReader,
@@ -185,7 +185,7 @@ def _write_images(writer: RecordWriter, sources: list[_Images], src_of: np.ndarr
     fast = single & ~(head_words[:, 2:] == MAGIC).any(axis=1) & (payload <= MAX_RECORD_SIZE)
     sizes = 8 + ((payload + 3) & ~3)
     # Runs of records that lie back to back in one input with a 24-byte header there: copied as spans.
-    same_shape = fast & (body_start - rec_off == PART_HEAD_SIZE + IRHEADER_SIZE)
+    same_shape = fast & (body_start - rec_off == FRAME_HEAD_SIZE + IRHEADER_SIZE)
     joined = np.zeros(n, bool)
     if n > 1:
         joined[1:] = same_shape[1:] & same_shape[:-1] & (src_of[1:] == src_of[:-1]) & (rec_off[1:] == rec_off[:-1] + sizes[:-1])

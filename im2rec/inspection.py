@@ -107,16 +107,16 @@ def _reason(error: Exception | str, path: str) -> str:
 
 
 def _read_header(reader: RecordReader, offset: int) -> tuple[Any, int, list[tuple[int, int, int]]]:
-    """(IRHeader with labels, payload length, parts as ``RecordReader.parts``) of the record at ``offset``."""
-    parts = reader.parts(offset)
-    length = sum(n for _, _, n in parts) + 4 * (len(parts) - 1)
+    """(IRHeader with labels, payload length, frames as ``RecordReader.frames``) of the record at ``offset``."""
+    frames = reader.frames(offset)
+    length = sum(n for _, _, n in frames) + 4 * (len(frames) - 1)
     head = reader.head_at(offset, IRHEADER_SIZE)
     if len(head) < IRHEADER_SIZE:
         raise HeaderError(f"record of {len(head)} bytes is too short for an IRHeader")
     flag = int.from_bytes(head[:4], "little")
     if flag:
         head = reader.head_at(offset, header_size(flag))
-    return unpack(head)[0], length, parts
+    return unpack(head)[0], length, frames
 
 
 HEADER_SPLIT_WARNING = (
@@ -301,7 +301,7 @@ class VerifyReport:
     idx: str | None
     records: int = 0
     decoded: int = 0
-    multi_part: int = 0  # records in several parts (an aligned magic in the payload)
+    multi_part: int = 0  # records in several frames (an aligned magic in the payload)
     problems: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)  # readable by MXNet, not by every consumer
 
@@ -329,7 +329,7 @@ def verify_rec(rec: str, decode_images: bool = False, storage_options: dict | No
         problems.append(Problem(None, None, f"the file size ({reader.size} bytes) is not a multiple of 4: dmlc's InputSplit refuses to open it"))
 
     heads: list[int] = []
-    parts: list[int] = []  # every part header, for the stray-head check
+    parts: list[int] = []  # every frame head, for the stray-head check
     for offset, length, nxt, error in reader.walk():
         if error is not None:
             problems.append(walk_problem(reader, offset, nxt, error))
@@ -340,7 +340,7 @@ def verify_rec(rec: str, decode_images: bool = False, storage_options: dict | No
         if nxt - offset == 8 + ((length + 3) & ~3):
             parts.append(offset)
         else:  # several parts: each header is legitimate
-            parts.extend(p for p, _, _ in reader.parts(offset))
+            parts.extend(p for p, _, _ in reader.frames(offset))
             report.multi_part += 1
             if record_splits_header(reader, offset):
                 report.warnings.append(Problem(offset, None, HEADER_SPLIT_WARNING))

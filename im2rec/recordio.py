@@ -4,7 +4,8 @@ Standard library and numpy only (cv2 is imported inside ``pack_img`` and
 ``unpack_img``, on first use), so that reading and writing records never pulls
 in click, OpenCV or tqdm.
 
-One *part* on disk (every part starts at a 4-aligned file offset; little-endian)::
+One *frame* on disk (the spec's and dmlc's *part*, the word the error messages keep; every frame
+starts at a 4-aligned file offset; little-endian)::
 
     offset  size     field
     0       4        magic   0xCED7230A, the bytes 0A 23 D7 CE
@@ -12,16 +13,16 @@ One *part* on disk (every part starts at a 4-aligned file offset; little-endian)
     8       length   data
     8+len   0..3     zero padding up to a multiple of 4, not counted in length
 
-    cflag 0  the whole record in one part
-    cflag 1  first part of a record      (only 0 and 1 start a record)
-    cflag 2  middle part
-    cflag 3  last part
+    cflag 0  the whole record in one frame
+    cflag 1  first frame of a record      (only 0 and 1 start a record)
+    cflag 2  middle frame
+    cflag 3  last frame
 
 The writer (dmlc ``RecordIOWriter::WriteRecord``) splits a payload wherever the
 magic word sits at a 4-aligned payload offset: the 4 magic bytes are dropped
-from the data and become the boundary between parts; the reader puts them back.
+from the data and become the boundary between frames; the reader puts them back.
 Unaligned occurrences stay in the data. So inside a file the magic occurs at
-4-aligned offsets only as a part header, which is what lets readers resync.
+4-aligned offsets only as a frame head, which is what lets readers resync.
 
 The image-record payload that ``pack`` builds starts with the IRHeader::
 
@@ -34,7 +35,7 @@ The image-record payload that ``pack`` builds starts with the IRHeader::
     24+4*flag             the encoded image (or any bytes)
 
 The ``.idx`` file is text, one line per record: ``key<TAB>offset<LF>``, where
-offset is the byte offset of the record's first part header.
+offset is the byte offset of the record's first frame head.
 """
 
 from __future__ import annotations
@@ -69,10 +70,10 @@ if TYPE_CHECKING:
     from .storage import RemoteSource
 
 __all__ = [
+    "FRAME_HEAD_SIZE",
     "IRHEADER_SIZE",
     "MAGIC",
     "MAX_RECORD_SIZE",
-    "PART_HEAD_SIZE",
     "SIBLINGS",
     "Headers",
     "IRHeader",
@@ -106,36 +107,36 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 MAGIC = 0xCED7230A
 MAGIC_BYTES = struct.pack("<I", MAGIC)
-_PART_HEAD = struct.Struct("<II")  # magic, lrec
-#: lrec's low 29 bits are the part's length, its top 3 bits the cflag.
+_FRAME_HEAD = struct.Struct("<II")  # magic, lrec
+#: lrec's low 29 bits are the frame's length, its top 3 bits the cflag.
 LENGTH_MASK = (1 << 29) - 1
 #: dmlc refuses records of 2**29 bytes or more: the length field has 29 bits.
 MAX_RECORD_SIZE = LENGTH_MASK
-#: The zero bytes after a part of ``length`` bytes, indexed by ``length % 4``.
+#: The zero bytes after a frame of ``length`` bytes, indexed by ``length % 4``.
 PADDING = (b"", b"\0\0\0", b"\0\0", b"\0")
 _IOV_MAX = 1024  # buffers per writev call (Linux's IOV_MAX)
 
 IRHEADER_STRUCT = struct.Struct("<IfQQ")  # flag, label, id, id2
 IRHEADER_SIZE = IRHEADER_STRUCT.size  # 24
 _Word = TypeVar("_Word", int, np.ndarray)  # a header word, or an array of them
-#: Bytes in front of every part: the magic, then lrec (the cflag in its top 3 bits, the length below).
-PART_HEAD_SIZE = _PART_HEAD.size  # 8
+#: Bytes in front of every frame: the magic, then lrec (the cflag in its top 3 bits, the length below).
+FRAME_HEAD_SIZE = _FRAME_HEAD.size  # 8
 
 
 def cflag_of(lrec: _Word) -> _Word:
-    """A part's continuation flag, from its lrec word: 0 whole, 1 first, 2 middle, 3 last (numpy arrays too)."""
+    """A frame's continuation flag, from its lrec word: 0 whole, 1 first, 2 middle, 3 last (numpy arrays too)."""
     return lrec >> 29
 
 
 def length_of(lrec: _Word) -> _Word:
-    """A part's length in bytes, from its lrec word (numpy arrays too)."""
+    """A frame's length in bytes, from its lrec word (numpy arrays too)."""
     return lrec & LENGTH_MASK
 
 
 def header_size(flag: _Word) -> _Word:
     """Bytes of an IRHeader followed by ``flag`` float32 labels (flag 0: the one label inside it); numpy arrays too."""
     return IRHEADER_SIZE + 4 * flag
-#: A record in one part with its IRHeader, as numpy sees its first 32 bytes: the part
+#: A record in one frame with its IRHeader, as numpy sees its first 32 bytes: the frame
 #: header, then the IRHeader (what ``faces`` rewrites in place when it copies records).
 RECORD_HEAD = np.dtype([("magic", "<u4"), ("lrec", "<u4"), ("flag", "<u4"), ("label", "<f4"), ("id", "<u8"), ("id2", "<u8")])
 
@@ -312,20 +313,20 @@ def _escape_points(payload: bytes | bytearray) -> list[int]:
     return points
 
 
-def _frame_parts(payload: bytes | bytearray) -> list[Any]:
-    """The pieces of one record as it lies in a ``.rec``: part headers, payload slices, padding."""
+def _frames(payload: bytes | bytearray) -> list[Any]:
+    """The pieces of one record as it lies in a ``.rec``: frame heads, payload slices, padding."""
     n = len(payload)
     points = _escape_points(payload)
     if not points:
-        return [_PART_HEAD.pack(MAGIC, n), payload, PADDING[n & 3]]
+        return [_FRAME_HEAD.pack(MAGIC, n), payload, PADDING[n & 3]]
     view = memoryview(payload)
-    parts: list[Any] = []
+    pieces: list[Any] = []
     start = 0
     for i in points:
-        parts += [_PART_HEAD.pack(MAGIC, (1 if start == 0 else 2) << 29 | (i - start)), view[start:i]]
+        pieces += [_FRAME_HEAD.pack(MAGIC, (1 if start == 0 else 2) << 29 | (i - start)), view[start:i]]
         start = i + 4
-    parts += [_PART_HEAD.pack(MAGIC, 3 << 29 | (n - start)), view[start:], PADDING[n & 3]]
-    return parts
+    pieces += [_FRAME_HEAD.pack(MAGIC, 3 << 29 | (n - start)), view[start:], PADDING[n & 3]]
+    return pieces
 
 
 def frame(payload: bytes) -> bytes:
@@ -342,37 +343,37 @@ def frame(payload: bytes) -> bytes:
         raise RecordTooLargeError(
             f"record of {len(data)} bytes is too large: RecordIO records must be under 2**29 ({1 << 29}) bytes"
         )
-    return b"".join(_frame_parts(data))
+    return b"".join(_frames(data))
 
 
-def splits_header(first_part_length: int, flag: int) -> bool:
-    """Whether a record whose first part holds ``first_part_length`` bytes is split inside
+def splits_header(first_frame_length: int, flag: int) -> bool:
+    """Whether a record whose first frame holds ``first_frame_length`` bytes is split inside
     its IRHeader or labels (``flag`` float32 labels after the 24-byte header).
 
     That happens when a header word (flag, label, an id half) or a label equals the
     magic ``0xCED7230A``: the writer escapes it as it escapes any aligned magic, and
     MXNet writes the same bytes and reads them back. DALI's ``fn.readers.mxnet`` reads
-    the 24-byte header straight after the first part header, and fails on such records.
+    the 24-byte header straight after the first frame head, and fails on such records.
     """
-    return first_part_length < header_size(flag)
+    return first_frame_length < header_size(flag)
 
 
-def _first_part_splits_header(length: int, head: bytes) -> bool:
-    # A first part of under 4 bytes holds not even the flag; else the flag says how long the header is.
+def _first_frame_splits_header(length: int, head: bytes) -> bool:
+    # A first frame of under 4 bytes holds not even the flag; else the flag says how long the header is.
     return length < 4 or splits_header(length, int.from_bytes(head[:4], "little"))
 
 
 def framed_splits_header(framed: bytes) -> bool:
-    """``splits_header`` for a record as ``frame`` returns it (cheap unless it is multi-part)."""
+    """``splits_header`` for a record as ``frame`` returns it (cheap unless it is multi-frame)."""
     lrec = int.from_bytes(framed[4:8], "little")
     if cflag_of(lrec) != 1:
         return False
-    return _first_part_splits_header(length_of(lrec), framed[8:12])
+    return _first_frame_splits_header(length_of(lrec), framed[8:12])
 
 
 def record_splits_header(reader: RecordReader, offset: int) -> bool:
-    """``splits_header`` for the multi-part record at ``offset`` of ``reader``."""
-    return _first_part_splits_header(reader.parts(offset)[0][2], reader.head_at(offset, 4))
+    """``splits_header`` for the multi-frame record at ``offset`` of ``reader``."""
+    return _first_frame_splits_header(reader.frames(offset)[0][2], reader.head_at(offset, 4))
 
 
 def _as_payload(buf: Any) -> bytes | bytearray:
@@ -428,7 +429,7 @@ class RecordWriter:
             payload: the record's bytes (any length below 2**29).
 
         Returns:
-            The byte offset of the record's first part header.
+            The byte offset of the record's first frame head.
 
         Raises:
             RecordTooLargeError: ``payload`` is 2**29 bytes or more; nothing is written.
@@ -444,7 +445,7 @@ class RecordWriter:
             )
         w = self._rec.write
         size = 0
-        for part in _frame_parts(data):
+        for part in _frames(data):
             w(part)
             size += len(part)
         self._pos = pos + size
@@ -457,7 +458,7 @@ class RecordWriter:
             The byte offset of the record.
 
         Raises:
-            ValueError: ``framed`` does not start with a part header or is not 4-byte aligned.
+            ValueError: ``framed`` does not start with a frame head or is not 4-byte aligned.
         """
         if framed[:4] != MAGIC_BYTES or len(framed) & 3:
             raise ValueError(f"{self.path}: write_framed() takes the bytes of frame(), not a payload")
@@ -1077,10 +1078,10 @@ class RecordReader:
                 self._buffer.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
     def _head(self, pos: int) -> tuple[int, int]:
-        """(magic, lrec) of the part header at ``pos`` (which the caller keeps inside the file)."""
+        """(magic, lrec) of the frame head at ``pos`` (which the caller keeps inside the file)."""
         if self._buffer is not None:
-            return _PART_HEAD.unpack_from(self._buffer, pos)
-        return _PART_HEAD.unpack(self._source[pos : pos + 8])
+            return _FRAME_HEAD.unpack_from(self._buffer, pos)
+        return _FRAME_HEAD.unpack(self._source[pos : pos + 8])
 
     def hint_record(self, pos: int) -> None:
         """From a store: the next read fetches exactly the record at ``pos`` (its extent from the
@@ -1119,7 +1120,7 @@ class RecordReader:
     # -- reading one record ------------------------------------------------ #
 
     def _part_head(self, pos: int, record: int) -> tuple[int, int]:
-        """(cflag, length) of the part at ``pos``, after checking it fits in the file."""
+        """(cflag, length) of the frame at ``pos``, after checking it fits in the file."""
         size = self.size
         if pos + 8 > size:
             raise TruncatedRecordError(
@@ -1143,7 +1144,7 @@ class RecordReader:
         return cflag_of(lrec), length
 
     def read_at(self, pos: int) -> tuple[bytes, int]:
-        """Read the record whose first part header is at byte ``pos``.
+        """Read the record whose first frame head is at byte ``pos``.
 
         Returns:
             ``(payload, next_pos)``: the record's bytes and the offset just after it.
@@ -1163,7 +1164,7 @@ class RecordReader:
                 pos,
             )
         chunks = [self._source[start : start + length]]
-        p = start + length  # a non-final part is a multiple of 4 long: no padding
+        p = start + length  # a non-final frame is a multiple of 4 long: no padding
         while True:
             cflag, length = self._part_head(p, pos)
             if cflag not in (2, 3) or (cflag == 2 and length & 3):
@@ -1191,14 +1192,14 @@ class RecordReader:
         entry = index.entry(key)
         pos = int(index.offsets[entry])
         self.hint_record(pos)
-        # Fast path: a whole record in one part (cflag 0), as nearly every image is.
+        # Fast path: a whole record in one frame (cflag 0), as nearly every image is.
         magic, lrec = self._head(pos)  # validate() keeps pos + 8 in the file
         if magic == MAGIC and lrec <= LENGTH_MASK and pos + 8 + ((lrec + 3) & ~3) <= self.size:
             return self._source[pos + 8 : pos + 8 + lrec]
         try:
             return self.read_at(pos)[0]
         except (BadMagicError, BadFlagError) as e:
-            if e.offset != pos:  # the head is fine, a later part is damaged
+            if e.offset != pos:  # the head is fine, a later frame is damaged
                 raise
             raise IndexOffsetError(
                 f"{index.path}:{index.line_of(entry)}: key {key!r} points at byte {pos} of {self.path}, "
@@ -1246,16 +1247,16 @@ class RecordReader:
         for _, payload in self.scan():
             yield payload
 
-    def parts(self, pos: int) -> list[tuple[int, int, int]]:
-        """``(offset, cflag, length)`` of every part of the record at ``pos``, reading part headers only.
+    def frames(self, pos: int) -> list[tuple[int, int, int]]:
+        """``(offset, cflag, length)`` of every frame of the record at ``pos``, reading frame heads only.
 
         Raises:
             TruncatedRecordError, BadMagicError, BadFlagError: as ``read_at``.
         """
         cflag, length = self._part_head(pos, pos)
-        parts = [(pos, cflag, length)]
+        frames = [(pos, cflag, length)]
         if cflag == 0:
-            return parts
+            return frames
         if cflag != 1:
             raise BadFlagError(
                 f"{self.path}: byte {pos} holds a part with cflag {cflag}, not the start of a record (cflag 0 or 1)", pos
@@ -1269,27 +1270,27 @@ class RecordReader:
                     f"{length}, expected a continuation (cflag 2 or 3)",
                     p,
                 )
-            parts.append((p, cflag, length))
+            frames.append((p, cflag, length))
             p += 8 + ((length + 3) & ~3)
             if cflag == 3:
-                return parts
+                return frames
 
     def extent(self, pos: int) -> tuple[int, int]:
-        """``(payload length, next offset)`` of the record at ``pos``, reading part headers only."""
-        parts = self.parts(pos)
-        last, _, length = parts[-1]
-        return sum(n for _, _, n in parts) + 4 * (len(parts) - 1), last + 8 + ((length + 3) & ~3)
+        """``(payload length, next offset)`` of the record at ``pos``, reading frame heads only."""
+        frames = self.frames(pos)
+        last, _, length = frames[-1]
+        return sum(n for _, _, n in frames) + 4 * (len(frames) - 1), last + 8 + ((length + 3) & ~3)
 
     def head_at(self, pos: int, n: int) -> bytes:
         """The first ``n`` bytes of the payload of the record at ``pos`` (fewer if it is shorter),
-        without copying the rest when the record is in one part."""
+        without copying the rest when the record is in one frame."""
         cflag, length = self._part_head(pos, pos)
         if cflag == 0:
             return self._source[pos + 8 : pos + 8 + min(n, length)]
         return self.read_at(pos)[0][:n]
 
     def view_at(self, pos: int) -> memoryview | bytes:
-        """The payload of the record at ``pos`` without a copy when it is in one part
+        """The payload of the record at ``pos`` without a copy when it is in one frame
         (a memoryview of the map: release it before closing the reader)."""
         if self._buffer is None:
             self.hint_record(pos)
@@ -1376,7 +1377,7 @@ class Headers(NamedTuple):
         id, id2: uint64.
         body: int64: where the bytes after the header and its labels start in the payload.
         length: int64: the payload's length.
-        single: bool: the record is in one part, so that its payload lies at ``offset + 8``.
+        single: bool: the record is in one frame, so that its payload lies at ``offset + 8``.
     """
 
     label: np.ndarray
@@ -1389,7 +1390,7 @@ class Headers(NamedTuple):
 
 def read_headers(reader: RecordReader, offsets: np.ndarray, damaged: list[tuple[int, RecordIOError]] | None = None) -> Headers:
     """The IRHeaders of the records at ``offsets``: all at once with numpy where a record is
-    in one part (what nearly every image record is), the others one by one.
+    in one frame (what nearly every image record is), the others one by one.
 
     Args:
         damaged: where a damaged record is noted, as ``(position in offsets, error)``, instead
@@ -1431,7 +1432,7 @@ def read_headers(reader: RecordReader, offsets: np.ndarray, damaged: list[tuple[
         del h, head, magic, lrec
     finally:
         del words
-    for i in np.flatnonzero(~out.single).tolist():  # multi-part or damaged: the careful way
+    for i in np.flatnonzero(~out.single).tolist():  # multi-frame or damaged: the careful way
         offset = int(offsets[i])
         try:
             payload = reader.read_at(offset)[0]

@@ -69,7 +69,7 @@ def _framing_arithmetic(tree: ast.AST) -> list[tuple[int, str]]:
             if isinstance(other, ast.BinOp) and isinstance(other.op, ast.Mult):
                 found.append((node.lineno, "IRHEADER_SIZE + 4 * flag: use recordio.header_size"))
             elif isinstance(other, ast.Constant) and other.value == 8:
-                found.append((node.lineno, "8 + IRHEADER_SIZE: use recordio.PART_HEAD_SIZE"))
+                found.append((node.lineno, "8 + IRHEADER_SIZE: use recordio.FRAME_HEAD_SIZE"))
     return found
 
 

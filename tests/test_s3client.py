@@ -117,7 +117,7 @@ def test_the_streamed_rec_upload_aborts_stale_uploads_and_completes(s3, bucket, 
     _, client = s3
     stale = client.create_upload(bucket, "out.rec")  # a killed run's
     local = tmp_path / "out.rec"
-    streamer = storage.Streamer(f"s3://{bucket}/out.rec", str(local), part=5 << 20)
+    streamer = storage.Streamer(f"s3://{bucket}/out.rec", str(local), upload_part=5 << 20)
     assert [u for _, u in client.uploads(bucket, "out.rec")] == [streamer.upload_id] != [stale]
     data = os.urandom(12 << 20)
     with open(local, "wb") as f:

@@ -501,7 +501,7 @@ def test_the_rec_is_streamed_to_s3_while_it_is_written(s3, tmp_path):
 
     fs = store()
     local = tmp_path / "growing.rec"
-    streamer = storage.Streamer("s3://data/streamed/x.rec", str(local), part=5 << 20)
+    streamer = storage.Streamer("s3://data/streamed/x.rec", str(local), upload_part=5 << 20)
     chunks = [bytes([i]) * (3 << 20) for i in range(5)]  # 15 MiB in 3 MiB writes
     with open(local, "wb") as f:
         for chunk in chunks:
@@ -514,7 +514,7 @@ def test_the_rec_is_streamed_to_s3_while_it_is_written(s3, tmp_path):
     streamer.finish(local.stat().st_size)
     assert s3_bytes("data/streamed/x.rec") == b"".join(chunks)
 
-    doomed = storage.Streamer("s3://data/streamed/y.rec", str(local), part=5 << 20)
+    doomed = storage.Streamer("s3://data/streamed/y.rec", str(local), upload_part=5 << 20)
     doomed.feed(local.stat().st_size, lambda: None)
     doomed.abort()
     assert not fs.exists("data/streamed/y.rec")
@@ -675,9 +675,9 @@ def test_streamed_parts_grow_so_that_10000_parts_hold_920_gb():
     from im2rec.storage import Streamer
 
     streamer = Streamer.__new__(Streamer)
-    streamer.part = Streamer.PART
-    assert [streamer.part_size(n) for n in (1, 1000, 1001, 2000, 2001, 10_000)] == [16 << 20, 16 << 20, 32 << 20, 32 << 20, 48 << 20, 160 << 20]
-    assert sum(streamer.part_size(n) for n in range(1, 10_001)) == 55_000 * (16 << 20)  # about 920 GB
+    streamer.upload_part = Streamer.UPLOAD_PART
+    assert [streamer.upload_part_size(n) for n in (1, 1000, 1001, 2000, 2001, 10_000)] == [16 << 20, 16 << 20, 32 << 20, 32 << 20, 48 << 20, 160 << 20]
+    assert sum(streamer.upload_part_size(n) for n in range(1, 10_001)) == 55_000 * (16 << 20)  # about 920 GB
 
 
 def test_file_urls_into_folders_that_do_not_exist_yet(data_dir, tmp_path, monkeypatch):

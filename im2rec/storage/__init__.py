@@ -29,7 +29,7 @@ from .fetching import FETCH_AHEAD, OUTAGE, FetchStats, StoreUnreachable, fetch_i
 from .remote import HOLD, READAHEAD, RemoteSource, hold_at_least
 from .retries import RETRIES, TIMEOUT
 from .staging import StagedInput, StagedOutput, staging_base, staging_dir
-from .uploads import PART, PARTS_IN_FLIGHT, Streamer, part_size, upload, upload_stream
+from .uploads import UPLOAD_PART, UPLOAD_PARTS_IN_FLIGHT, Streamer, upload, upload_part_size, upload_stream
 from .urls import (
     check_bucket,
     exists,
@@ -54,11 +54,11 @@ __all__ = [
     "FETCH_AHEAD",
     "HOLD",
     "OUTAGE",
-    "PART",
-    "PARTS_IN_FLIGHT",
     "READAHEAD",
     "RETRIES",
     "TIMEOUT",
+    "UPLOAD_PART",
+    "UPLOAD_PARTS_IN_FLIGHT",
     "FetchStats",
     "RemoteSource",
     "StagedInput",
@@ -79,7 +79,6 @@ __all__ = [
     "missing",
     "object_path",
     "parse_storage_option",
-    "part_size",
     "read_any",
     "read_bytes",
     "remove",
@@ -88,6 +87,7 @@ __all__ = [
     "storage_error",
     "there",
     "upload",
+    "upload_part_size",
     "upload_stream",
     "write_bytes",
 ]

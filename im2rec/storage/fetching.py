@@ -15,7 +15,7 @@ from . import s3client
 from .retries import RETRIES, permanent, single_attempt, single_attempt_options, with_retries
 from .urls import filesystem, object_path, storage_error
 
-__all__ = ['FETCH_AHEAD', 'OUTAGE', 'FetchStats', 'StoreUnreachable', 'fetch_in_order']
+__all__ = ["FETCH_AHEAD", "OUTAGE", "FetchStats", "StoreUnreachable", "fetch_in_order"]
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ from . import s3client
 from .retries import RETRIES, permanent, single_attempt, single_attempt_options, with_retries
 from .urls import filesystem, storage_error
 
-__all__ = ['HOLD', 'READAHEAD', 'RemoteSource', 'hold_at_least']
+__all__ = ["HOLD", "READAHEAD", "RemoteSource", "hold_at_least"]
 
 READAHEAD = 4 << 20  # bytes fetched at once when reading in order
 

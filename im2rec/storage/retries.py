@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from . import s3client
 
-__all__ = ['RETRIES', 'RETRY_DELAY', 'TIMEOUT', 'permanent', 'single_attempt', 'single_attempt_options', 'with_retries']
+__all__ = ["RETRIES", "RETRY_DELAY", "TIMEOUT", "permanent", "single_attempt", "single_attempt_options", "with_retries"]
 
 #: How often a transient failure (a timeout, a 5xx, throttling, a dropped connection) is retried.
 RETRIES = 4

@@ -17,7 +17,7 @@ from ..errors import OutputExistsError, StorageError
 from .uploads import upload
 from .urls import check_bucket, exists, filesystem, is_url, object_path, storage_error
 
-__all__ = ['StagedInput', 'StagedOutput', 'staging_base', 'staging_dir']
+__all__ = ["StagedInput", "StagedOutput", "staging_base", "staging_dir"]
 
 def staging_base() -> str:
     """Where URL outputs are written before they are uploaded (and URL inputs downloaded):

@@ -14,7 +14,7 @@ from typing import Any
 from . import s3client
 from .urls import filesystem, storage_error
 
-__all__ = ['PART', 'PARTS_IN_FLIGHT', 'Streamer', 'part_size', 'upload', 'upload_stream']
+__all__ = ["UPLOAD_PART", "UPLOAD_PARTS_IN_FLIGHT", "Streamer", "upload", "upload_part_size", "upload_stream"]
 
 def upload(local: str, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
     """Copy a local file to ``url`` so that the object appears only complete; see ``upload_stream``."""
@@ -35,7 +35,7 @@ def upload_stream(src: Any, url: str, storage_options: Mapping[str, Any] | None 
 
     client = s3client.client_for(url, storage_options)
     if client is not None:
-        _upload_parts(client, src, url, block_size or PART)
+        _upload_parts(client, src, url, block_size or UPLOAD_PART)
         return
     fs, path = filesystem(url, storage_options)
     try:
@@ -63,21 +63,21 @@ def upload_stream(src: Any, url: str, storage_options: Mapping[str, Any] | None 
 #: Bytes of the first 1,000 parts of a multipart upload; the next 1,000 are twice as large, and
 #: so on: S3 takes at most 10,000 parts of 5 MiB or more (but the last): 55,000 x 16 MiB, about
 #: 920 GB; a part in flight, read into memory, costs 16 MB for any .rec under 16 GB.
-PART = 16 << 20
+UPLOAD_PART = 16 << 20
 
 
 #: Parts of one upload sent at once (each held in memory while it is sent).
-PARTS_IN_FLIGHT = 2
+UPLOAD_PARTS_IN_FLIGHT = 2
 
 
-def part_size(number: int, first: int = PART) -> int:
-    """The size of part ``number`` (from 1) of an upload whose first parts are ``first`` bytes: see ``PART``."""
+def upload_part_size(number: int, first: int = UPLOAD_PART) -> int:
+    """The size of part ``number`` (from 1) of an upload whose first parts are ``first`` bytes: see ``UPLOAD_PART``."""
     return first * (1 + (number - 1) // 1000)
 
 
 def _upload_parts(client: s3client.S3Client, src: Any, url: str, first: int) -> None:
     """``upload_stream`` through the S3 client: one PUT for what fits in a part, else a
-    multipart upload, ``PARTS_IN_FLIGHT`` parts at once, aborted on any failure."""
+    multipart upload, ``UPLOAD_PARTS_IN_FLIGHT`` parts at once, aborted on any failure."""
     bucket, key = s3client.split(url)
     head = _read_full(src, first)
     if len(head) < first:
@@ -92,15 +92,15 @@ def _upload_parts(client: s3client.S3Client, src: Any, url: str, first: int) -> 
         raise storage_error(url, e) from None
     parts: list[tuple[int, str]] = []
     try:
-        with ThreadPoolExecutor(PARTS_IN_FLIGHT, thread_name_prefix="im2rec-upload") as pool:
+        with ThreadPoolExecutor(UPLOAD_PARTS_IN_FLIGHT, thread_name_prefix="im2rec-upload") as pool:
             pending: list[Any] = []
             number, body = 1, head
             while body:
                 pending.append(pool.submit(lambda n, b: (n, client.upload_part(bucket, key, upload_id, n, b)), number, body))
-                while len(pending) >= PARTS_IN_FLIGHT:
+                while len(pending) >= UPLOAD_PARTS_IN_FLIGHT:
                     parts.append(pending.pop(0).result())
                 number += 1
-                body = _read_full(src, part_size(number, first))
+                body = _read_full(src, upload_part_size(number, first))
             parts += [f.result() for f in pending]
         client.complete_upload(bucket, key, upload_id, parts)
     except BaseException as e:
@@ -132,12 +132,12 @@ class Streamer:
     same key are aborted when the next one starts.
     """
 
-    PART = PART
+    UPLOAD_PART = UPLOAD_PART
 
-    def __init__(self, url: str, local: str, storage_options: Mapping[str, Any] | None = None, part: int = PART):
+    def __init__(self, url: str, local: str, storage_options: Mapping[str, Any] | None = None, upload_part: int = UPLOAD_PART):
         import concurrent.futures
 
-        self.url, self.local, self.part = url, local, part
+        self.url, self.local, self.upload_part = url, local, upload_part
         self.client = s3client.client_for(url, storage_options)
         self.fs: Any = None
         if self.client is None:
@@ -210,7 +210,7 @@ class Streamer:
     def feed(self, size: int, flush: Callable[[], None]) -> None:
         """The local file is ``size`` bytes long: send the next part if a whole one is there
         (``flush`` puts the writer's buffer on disk first)."""
-        part = self.part_size(self._next)
+        part = self.upload_part_size(self._next)
         if size - self.sent < part:
             return
         self._wait()
@@ -219,16 +219,16 @@ class Streamer:
         self._next += 1
         self.sent += part
 
-    def part_size(self, number: int) -> int:
-        """The size of part ``number`` (from 1): see ``PART``."""
-        return part_size(number, self.part)
+    def upload_part_size(self, number: int) -> int:
+        """The size of part ``number`` (from 1): see ``UPLOAD_PART``."""
+        return upload_part_size(number, self.upload_part)
 
     def finish(self, size: int) -> None:
         """Send the rest of the (closed) file and complete the upload: the object appears."""
         try:
             self._wait()
             while self.sent < size or not self._parts:
-                end = min(size, self.sent + self.part_size(self._next))
+                end = min(size, self.sent + self.upload_part_size(self._next))
                 self._send(self._next, self.sent, end)
                 self._next += 1
                 self.sent = end

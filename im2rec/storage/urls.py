@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import StorageError
 from . import s3client
 
-__all__ = ['check_bucket', 'exists', 'expand', 'filesystem', 'is_url', 'join', 'list_files', 'merge_options', 'missing', 'object_path', 'parse_storage_option', 'read_any', 'read_bytes', 'remove', 'storage_error', 'there', 'write_bytes']
+__all__ = ["check_bucket", "exists", "expand", "filesystem", "is_url", "join", "list_files", "merge_options", "missing", "object_path", "parse_storage_option", "read_any", "read_bytes", "remove", "storage_error", "there", "write_bytes"]
 
 _URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 
