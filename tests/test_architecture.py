@@ -2,6 +2,7 @@
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -82,3 +83,100 @@ def test_the_framing_check_finds_each_kind():
     """The check above cannot pass by finding nothing: each form it looks for is found."""
     source = "a = lrec >> 29\nb = lrec & LENGTH_MASK\nc = IRHEADER_SIZE + 4 * flag\nd = 8 + IRHEADER_SIZE\n"
     assert [line for line, _ in _framing_arithmetic(ast.parse(source))] == [1, 2, 3, 4]
+
+
+# --------------------------------------------------------------------------- the layers of ARCHITECTURE.md
+
+MAP = PACKAGE.parent / "ARCHITECTURE.md"
+OUTSIDE_THE_LAYERS = {"", "__main__"}  # the package's public API (re-exports), and `python -m im2rec`
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _folder(module: str) -> str:
+    """The folder a module lives in: ``storage`` for ``storage.urls`` and for ``storage`` itself, else ''."""
+    top = module.split(".")[0]
+    return top if (PACKAGE / top).is_dir() else ""
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every module of im2rec -> the modules of im2rec it imports, anywhere in it (in functions too)."""
+    modules = {_module_name(p): p for p in MODULES}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package.split(".") if package else []
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}" if target else alias.name
+                    found.add(sub if sub in modules else target)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                found |= {n.removeprefix("im2rec").lstrip(".") for n in names if n == "im2rec" or n.startswith("im2rec.")}
+        graph[name] = found - {name}
+    return graph
+
+
+def read_layers(text: str) -> tuple[dict[str, int], list[str]]:
+    """The numbered layers of the map: module -> layer number; and the rows longer than 20 words."""
+    layers: dict[str, int] = {}
+    long_rows = []
+    number = 0
+    section = text.split("## The layers", 1)[1].split("\n## ", 1)[0]
+    for line in section.splitlines():
+        heading = re.match(r"^(\d+)\. ", line)
+        row = re.match(r"^   - `([\w.]+)/?`: (.+)$", line)
+        if heading:
+            number = int(heading.group(1))
+        elif row:
+            assert row.group(1) not in layers, f"{row.group(1)} is listed twice"
+            layers[row.group(1)] = number
+            if len(row.group(2).split()) > 20:
+                long_rows.append(row.group(1))
+    return layers, long_rows
+
+
+def layer_violations(graph: dict[str, set[str]], layers: dict[str, int]) -> list[str]:
+    """Imports that point up or sideways: a module may import lower layers, and its own folder."""
+    found = []
+    for module, imported in sorted(graph.items()):
+        if module in OUTSIDE_THE_LAYERS:
+            continue
+        for other in sorted(imported - OUTSIDE_THE_LAYERS):
+            if _folder(module) and _folder(module) == _folder(other):
+                continue
+            if layers[other] >= layers[module]:
+                found.append(f"{module} (layer {layers[module]}) imports {other} (layer {layers[other]})")
+    return found
+
+
+def test_every_module_has_one_row_of_at_most_20_words_in_a_layer():
+    layers, long_rows = read_layers(MAP.read_text(encoding="utf-8"))
+    assert sorted(set(import_graph()) - OUTSIDE_THE_LAYERS - set(layers)) == []  # every module is on the map
+    assert sorted(set(layers) - set(import_graph())) == []  # and the map names no module that is not there
+    assert long_rows == []
+
+
+def test_imports_point_down_the_layers():
+    layers, _ = read_layers(MAP.read_text(encoding="utf-8"))
+    assert layer_violations(import_graph(), layers) == []
+
+
+def test_the_layer_check_finds_an_upward_and_a_sideways_import():
+    layers = {"errors": 1, "recordio": 3, "lst": 4, "image": 4, "storage": 2, "storage.urls": 2}
+    graph = {"errors": {"recordio"}, "lst": {"image", "recordio"}, "storage.urls": {"storage", "errors"}, "recordio": {"storage.urls"}}
+    assert layer_violations(graph, layers) == ["errors (layer 1) imports recordio (layer 3)", "lst (layer 4) imports image (layer 4)"]
+
+
+def test_the_flow_is_ten_lines_and_every_folder_is_a_package():
+    flow = MAP.read_text(encoding="utf-8").split("## The flow", 1)[1].split("```")[1].strip().splitlines()
+    assert len(flow) <= 10
+    folders = {p.parent for p in MODULES}
+    assert sorted(str(f) for f in folders if not (f / "__init__.py").exists()) == []  # else the wheel leaves it out
