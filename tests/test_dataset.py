@@ -47,7 +47,7 @@ def test_modes(packed):
     raw, _ = RecordDataset(rec, mode="raw")[0]
     assert raw.startswith(b"\x89PNG")
     assert RecordDataset(rec, mode="unchanged")[0][0].shape[:2] == (32, 32)
-    with pytest.raises(ValueError, match="mode must be one of"):
+    with pytest.raises(ValueError, match=r"^mode must be one of rgb, bgr, gray, unchanged, raw, got 'hsv'$"):
         RecordDataset(rec, mode="hsv")
 
 
@@ -159,7 +159,7 @@ def test_insightface_layout(tmp_path):
 
 def test_insightface_required(packed):
     rec, _ = packed
-    with pytest.raises(Im2recError, match="no insightface header"):
+    with pytest.raises(Im2recError, match=r"^.*/all\.rec: no insightface header \(a record 0 with flag > 0\)$"):
         RecordDataset(rec, insightface=True)
 
 
@@ -208,5 +208,5 @@ def test_a_damaged_jpeg_is_read_with_a_warning_naming_it(real_size_folders, tmp_
     assert [r.getMessage() for r in caplog.records] == [
         f"{tmp_path / 'd.rec'}: record 7 (byte {offset}): Corrupt JPEG data: premature end of data segment: the image is damaged (`im2rec verify {tmp_path / 'd.rec'} --decode` lists every such record)"
     ]
-    with pytest.raises(Im2recError, match=r"d\.rec: record 9 \(byte \d+\): the image cannot be decoded"):
+    with pytest.raises(Im2recError, match=r"^.*/d\.rec: record 9 \(byte 179280\): the image cannot be decoded$"):
         ds[2]

@@ -159,7 +159,7 @@ def test_a_damaged_shard_names_the_file_and_the_byte_offset(tmp_path):
     path.write_bytes(struct.pack("<I", 3) + b"\0" * 6)
     with pytest.raises(Im2recError, match=r"/shard.00000.mds: the offsets of 3 samples end at byte 20, beyond the file's 10 bytes$"):
         list(Reader(str(tmp_path)).samples())
-    with pytest.raises(Im2recError, match=r"nothing/index.json: no such file"):
+    with pytest.raises(Im2recError, match=r"^.*/nothing/index\.json: no such file$"):
         Reader(str(tmp_path / "nothing"))
 
 

@@ -112,7 +112,7 @@ def test_truncated_jpeg_is_refused_even_if_a_decoder_would_accept_it():
     data = jpeg(detailed(64, 64))
     cut = data[: len(data) * 2 // 3]
     for opts in (ImageOptions(), ImageOptions(pass_through=True)):
-        with pytest.raises(ImageError, match=r"truncated JPEG: no end-of-image marker after byte \d+") as e:
+        with pytest.raises(ImageError, match=r"^truncated JPEG: no end-of-image marker after byte 609 \(1,902 bytes\)$") as e:
             transform(cut, opts)
         assert e.value.kind == "corrupt"
 
@@ -129,13 +129,13 @@ def test_truncated_png_is_refused_in_both_modes():
 
 def test_decompression_bomb_refused_from_the_header():
     data = jpeg(np.zeros((64, 64, 3), np.uint8))
-    with pytest.raises(ImageError, match=r"JPEG of 64x64 = 4,096 pixels is above --max-pixels 4,000") as e:
+    with pytest.raises(ImageError, match=r"^JPEG of 64x64 = 4,096 pixels is above --max-pixels 4,000 \(a decompression bomb\?\)$") as e:
         transform(data, ImageOptions(max_pixels=4000))
     assert e.value.kind == "too-large"
     # a PNG that claims 100000 x 100000 pixels is refused before any decoding
     png = bytearray(cv2.imencode(".png", np.zeros((2, 2), np.uint8))[1].tobytes())
     png[16:24] = (100000).to_bytes(4, "big") * 2
-    with pytest.raises(ImageError, match=r"PNG of 100000x100000 = 10,000,000,000 pixels"):
+    with pytest.raises(ImageError, match=r"^PNG of 100000x100000 = 10,000,000,000 pixels is above --max-pixels 89,478,485 \(a decompression bomb\?\)$"):
         transform(bytes(png), ImageOptions())
 
 
@@ -145,9 +145,9 @@ def test_pass_through_keeps_bytes(data_dir):
 
 
 def test_options_validation():
-    with pytest.raises(ValueError, match="JPEG quality must be between 1 and 100, got 101"):
+    with pytest.raises(ValueError, match=r"^JPEG quality must be between 1 and 100, got 101$"):
         ImageOptions(quality=101)
-    with pytest.raises(ValueError, match="color must be 1, 0 or -1, got 2"):
+    with pytest.raises(ValueError, match=r"^color must be 1, 0 or -1, got 2$"):
         ImageOptions(color=2)
 
 
@@ -414,9 +414,9 @@ def test_parse_color():
 
 def test_alpha_background_options_validation():
     assert ImageOptions(alpha_background=[1, 2, 3]).alpha_background == (1, 2, 3)
-    with pytest.raises(ValueError, match="alpha_background must be"):
+    with pytest.raises(ValueError, match=r"^alpha_background must be \(R, G, B\) with each 0-255, got \(0, 0, 256\)$"):
         ImageOptions(alpha_background=(0, 0, 256))
-    with pytest.raises(ValueError, match="cannot be combined with --pass-through"):
+    with pytest.raises(ValueError, match=r"^--alpha-background composites decoded images: it cannot be combined with --pass-through, which stores the files unchanged$"):
         ImageOptions(alpha_background=(0, 0, 0), pass_through=True)
-    with pytest.raises(ValueError, match="cannot be combined with --color -1"):
+    with pytest.raises(ValueError, match=r"^--alpha-background cannot be combined with --color -1, which keeps the alpha channel: use --color 1 or 0$"):
         ImageOptions(alpha_background=(0, 0, 0), color=-1)

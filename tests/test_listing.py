@@ -195,7 +195,7 @@ def test_folder_without_images(tmp_path):
 
 
 def test_library_validates_ratios():
-    with pytest.raises(OptionError, match=r"--train-ratio 0.9 plus --test-ratio 0.2 is more than 1"):
+    with pytest.raises(OptionError, match=r"^--train-ratio 0\.9 plus --test-ratio 0\.2 is more than 1$"):
         make_lists(".", "x", ListOptions(train_ratio=0.9, test_ratio=0.2))
 
 

@@ -97,9 +97,9 @@ def test_writes_golden_raw_from_frames_byte_for_byte(data_dir, tmp_path):
 
 def test_write_framed_refuses_a_bare_payload(tmp_path):
     with recordio.RecordWriter(tmp_path / "x.rec") as w:
-        with pytest.raises(ValueError, match=r"x\.rec: write_framed\(\) takes the bytes of frame\(\), not a payload"):
+        with pytest.raises(ValueError, match=r"^.*/x\.rec: write_framed\(\) takes the bytes of frame\(\), not a payload$"):
             w.write_framed(b"abcd")
-        with pytest.raises(ValueError, match="write_framed"):
+        with pytest.raises(ValueError, match=r"^.*/x\.rec: write_framed\(\) takes the bytes of frame\(\), not a payload$"):
             w.write_framed(recordio.frame(b"abc")[:-1])
         assert w.tell() == 0
     assert (tmp_path / "x.rec").read_bytes() == b""
@@ -197,9 +197,9 @@ def test_record_too_large_is_refused_before_writing(tmp_path, monkeypatch):
     path = tmp_path / "big.rec"
     with recordio.RecordWriter(path, tmp_path / "big.idx") as w:
         w.write_idx(0, b"a" * 15)
-        with pytest.raises(RecordTooLargeError, match=r"big\.rec: record of 16 bytes at byte 24 is too large"):
+        with pytest.raises(RecordTooLargeError, match=r"^.*/big\.rec: record of 16 bytes at byte 24 is too large: RecordIO records must be under 2\*\*29 \(536870912\) bytes$"):
             w.write_idx(1, b"a" * 16)
-    with pytest.raises(RecordTooLargeError, match=r"^record of 16 bytes is too large: RecordIO records must be under 2\*\*29"):
+    with pytest.raises(RecordTooLargeError, match=r"^record of 16 bytes is too large: RecordIO records must be under 2\*\*29 \(536870912\) bytes$"):
         recordio.frame(b"a" * 16)
         assert w.tell() == 24
     assert path.stat().st_size == 24
@@ -208,12 +208,12 @@ def test_record_too_large_is_refused_before_writing(tmp_path, monkeypatch):
 
 def test_write_refuses_str(tmp_path):
     w = recordio.MXRecordIO(tmp_path / "x.rec", "w")
-    with pytest.raises(TypeError, match="must be bytes, not str"):
+    with pytest.raises(TypeError, match=r"^a record payload must be bytes, not str$"):
         w.write("text")
 
 
 def test_invalid_flag():
-    with pytest.raises(ValueError, match="Invalid flag 'a'"):
+    with pytest.raises(ValueError, match=r"^Invalid flag 'a': use 'r' to read or 'w' to write$"):
         recordio.MXRecordIO("x.rec", "a")
 
 
@@ -291,17 +291,17 @@ def test_pack_semantics_from_spec():
     assert recordio.unpack(recordio.pack((0, [], 0, 0), b""))[0] == (0, 0.0, 0, 0)
     two_d = recordio.unpack(recordio.pack((0, [[1, 2], [3, 4]], 1, 2), b"z"))
     assert two_d[0].label.tolist() == [1, 2, 3, 4] and two_d[1] == b"z"
-    with pytest.raises(ValueError, match=r"id must be in \[0, 2\*\*64\), got -1"):
+    with pytest.raises(ValueError, match=r"^IRHeader\.id must be in \[0, 2\*\*64\), got -1$"):
         recordio.pack((0, 1.0, -1, 0), b"")
-    with pytest.raises(TypeError, match="id2 must be an integer, got 1.5"):
+    with pytest.raises(TypeError, match=r"^IRHeader\.id2 must be an integer, got 1\.5$"):
         recordio.pack((0, 1.0, 0, 1.5), b"")
 
 
 def test_unpack_short_records():
-    with pytest.raises(HeaderError, match="record of 10 bytes is too short for the 24-byte IRHeader"):
+    with pytest.raises(HeaderError, match=r"^record of 10 bytes is too short for the 24-byte IRHeader$"):
         recordio.unpack(b"x" * 10)
     bad = struct.pack("<IfQQ", 0xFFFFFFFF, 0, 0, 0)
-    with pytest.raises(HeaderError, match="flag 4294967295"):
+    with pytest.raises(HeaderError, match=r"^record of 24 bytes is too short for its IRHeader with flag 4294967295 \(4294967295 float32 labels need 17179869204 bytes\)$"):
         recordio.unpack(bad)
 
 
@@ -345,7 +345,7 @@ def test_index_str_keys(tmp_path):
     with recordio.MXIndexedRecordIO(tmp_path / "s.idx", path, "w", key_type=str) as w:
         w.write_idx("cat/1.jpg", b"one")
         w.write_idx("dog 2", b"two")  # a space in a key is not supported by the .idx format
-    with pytest.raises(IndexFormatError, match=r"s\.idx:2: expected 'key<TAB>offset', got 'dog 2\\t12'"):
+    with pytest.raises(IndexFormatError, match=r"^.*/s\.idx:2: expected 'key<TAB>offset', got 'dog 2\\t12'$"):
         recordio.MXIndexedRecordIO(tmp_path / "s.idx", path, "r", key_type=str)
     (tmp_path / "s.idx").write_text("cat/1.jpg\t0\n")
     r = recordio.MXIndexedRecordIO(tmp_path / "s.idx", path, "r", key_type=str)
@@ -396,11 +396,11 @@ def test_index_offset_checks(tmp_path):
         recordio.MXIndexedRecordIO(tmp_path / "a.idx", rec, "r")
     assert str(e.value) == f"{rec}: the file ends at byte {size:,}: it was cut (a partial download?): 1 record of its .idx (key 1) is not in it; `im2rec index {rec} --overwrite` rebuilds the .idx from what is there"
     (tmp_path / "a.idx").write_text("0\t0\n1\t6\n")
-    with pytest.raises(IndexOffsetError, match=r"a\.idx:2: offset 6 is not a record head \(records start at multiples of 4\)"):
+    with pytest.raises(IndexOffsetError, match=r"^.*/a\.idx:2: offset 6 is not a record head \(records start at multiples of 4\)$"):
         recordio.MXIndexedRecordIO(tmp_path / "a.idx", rec, "r")
     (tmp_path / "a.idx").write_text("0\t0\n1\t8\n")
     r = recordio.MXIndexedRecordIO(tmp_path / "a.idx", rec, "r")
-    with pytest.raises(IndexOffsetError, match=r"a\.idx:2: key 1 points at byte 8 of .*a\.rec, which is not a record head"):
+    with pytest.raises(IndexOffsetError, match=r"^.*/a\.idx:2: key 1 points at byte 8 of .*/a\.rec, which is not a record head \(.*/a\.rec: no record at byte 8: expected the magic 0xced7230a, found 0x61616161\)$"):
         r.read_idx(1)
 
 
@@ -409,7 +409,7 @@ def test_index_offset_on_continuation_part(tmp_path):
     (tmp_path / "a.idx").write_text("0\t0\n1\t12\n")
     r = recordio.MXIndexedRecordIO(tmp_path / "a.idx", rec, "r")
     assert r.read_idx(0) == b"abcd" + M + b"efgh"
-    with pytest.raises(IndexOffsetError, match=r"key 1 points at byte 12 .*cflag 3, not the start of a record"):
+    with pytest.raises(IndexOffsetError, match=r"^.*/a\.idx:2: key 1 points at byte 12 of .*/a\.rec, which is not a record head \(.*/a\.rec: byte 12 holds a part with cflag 3, not the start of a record \(cflag 0 or 1\)\)$"):
         r.read_idx(1)
 
 
@@ -448,7 +448,7 @@ def test_truncated_multipart_record(tmp_path):
     rec, _ = write_rec(tmp_path / "a.rec", [b"abcd" + M + b"efgh"])
     blob = open(rec, "rb").read()
     path = damaged(tmp_path, blob[:12])  # cut exactly after the first part: MXNet returns None silently
-    with pytest.raises(TruncatedRecordError, match=r"truncated record at byte 0: the part header at byte 12 needs 8 bytes"):
+    with pytest.raises(TruncatedRecordError, match=r"^.*/bad\.rec: truncated record at byte 0: the part header at byte 12 needs 8 bytes, the file ends after 0$"):
         read_all(path)
 
 
@@ -456,7 +456,7 @@ def test_bad_magic(tmp_path):
     rec, _ = write_rec(tmp_path / "a.rec", [b"first", b"second"])
     blob = bytearray(open(rec, "rb").read())
     blob[16] ^= 0xFF
-    with pytest.raises(BadMagicError, match=r"bad\.rec: no record at byte 16: expected the magic 0xced7230a, found 0xced723f5"):
+    with pytest.raises(BadMagicError, match=r"^.*/bad\.rec: no record at byte 16: expected the magic 0xced7230a, found 0xced723f5$"):
         read_all(damaged(tmp_path, bytes(blob)))
 
 
@@ -479,7 +479,7 @@ def test_impossible_cflag_sequences(tmp_path, first, second, message):
 
 def test_huge_length_is_not_allocated(tmp_path):
     blob = struct.pack("<II", recordio.MAGIC, 2**29 - 1) + b"abcd"
-    with pytest.raises(TruncatedRecordError, match=r"holds 536870911 bytes but the file ends 4 bytes after its header"):
+    with pytest.raises(TruncatedRecordError, match=r"^.*/bad\.rec: truncated record at byte 0: the part at byte 0 holds 536870911 bytes but the file ends 4 bytes after its header$"):
         read_all(damaged(tmp_path, blob))
 
 
@@ -574,7 +574,7 @@ def test_pickle_keeps_original_open_and_copy_reads(data_dir):
 
 def test_pickling_a_writer_is_refused(tmp_path):
     w = recordio.MXRecordIO(tmp_path / "w.rec", "w")
-    with pytest.raises(TypeError, match="cannot pickle .* open for writing"):
+    with pytest.raises(TypeError, match=r"^cannot pickle '.*/w\.rec' open for writing: the copy would truncate it$"):
         pickle.dumps(w)
 
 
@@ -612,7 +612,7 @@ def test_tell_and_context_manager(tmp_path):
     assert not w.is_open
     with recordio.MXRecordIO(tmp_path / "t.rec", "r") as r:
         assert r.tell() == 0 and r.read() == b"abc" and r.tell() == 12
-    with pytest.raises(ValueError, match="closed"):
+    with pytest.raises(ValueError, match=r"^.*/t\.rec: the file is closed$"):
         r.read()
 
 

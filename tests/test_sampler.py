@@ -173,15 +173,15 @@ def test_a_new_epoch_drops_a_loaded_resume():
 
 def test_refuses_a_state_of_another_dataset():
     s = RecordSampler(Sized(100))
-    with pytest.raises(ValueError, match="saved for a dataset of 99 samples; this one has 100"):
+    with pytest.raises(ValueError, match=r"^the state was saved for a dataset of 99 samples; this one has 100$"):
         s.load_state_dict({**RecordSampler(Sized(99)).state_dict()})
-    with pytest.raises(ValueError, match="saved with seed 1; this sampler has seed 0"):
+    with pytest.raises(ValueError, match=r"^the state was saved with seed 1; this sampler has seed 0$"):
         s.load_state_dict(RecordSampler(Sized(100), seed=1).state_dict())
-    with pytest.raises(ValueError, match="needs consumed"):
+    with pytest.raises(ValueError, match=r"^a RecordSampler state needs consumed$"):
         s.load_state_dict({"epoch": 0, "num_replicas": 1})
-    with pytest.raises(ValueError, match=r"rank must be in \[0, num_replicas=2\), got 2"):
+    with pytest.raises(ValueError, match=r"^rank must be in \[0, num_replicas=2\), got 2$"):
         RecordSampler(Sized(10), num_replicas=2, rank=2)
-    with pytest.raises(ValueError, match=r"num_replicas=2 needs rank \(or an initialised torch.distributed\)"):
+    with pytest.raises(ValueError, match=r"^num_replicas=2 needs rank \(or an initialised torch\.distributed\)$"):
         RecordSampler(Sized(10), num_replicas=2)
     assert RecordSampler(Sized(10), num_replicas=1).rank == 0
 

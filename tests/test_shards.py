@@ -94,7 +94,7 @@ def test_a_part_resumes_alone(job, tmp_path):
 def test_parse_size():
     assert parse_size("1GB") == 10**9 and parse_size("500MB") == 500 * 10**6
     assert parse_size("64MiB") == 64 * 2**20 and parse_size("12345") == 12345 and parse_size("1.5 kb") == 1500
-    with pytest.raises(ValueError, match="is not a size"):
+    with pytest.raises(ValueError, match=r"^'big' is not a size: use bytes or a unit such as 500MB, 1GB, 64MiB$"):
         parse_size("big")
 
 

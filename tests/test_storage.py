@@ -53,7 +53,7 @@ def test_urls_and_options():
     assert is_url("s3://b/k.rec") and is_url("memory://x") and is_url("file:///tmp/x") and not is_url("/tmp/x.rec") and not is_url("c:/x")
     assert parse_storage_option("anon=true") == ("anon", True) and parse_storage_option("endpoint_url=http://h:1") == ("endpoint_url", "http://h:1")
     assert merge_options([("client_kwargs.region_name", "eu"), ("anon", False)]) == {"client_kwargs": {"region_name": "eu"}, "anon": False}
-    with pytest.raises(ValueError, match="expected KEY=VALUE"):
+    with pytest.raises(ValueError, match=r"^expected KEY=VALUE, got 'nokey'$"):
         parse_storage_option("nokey")
 
 
@@ -128,11 +128,11 @@ def test_storage_options_on_the_command_line(s3, monkeypatch):
 def test_missing_objects_and_buckets_are_one_clear_error(s3, tmp_path):
     result = run("verify", "s3://data/none.rec")
     assert result.exit_code == 1 and result.stderr == "Error: s3://data/none.rec: no such object\n"
-    with pytest.raises(StorageError, match=r"s3://no-such-bucket/a.rec: no such object \(or its bucket does not exist\)"):
+    with pytest.raises(StorageError, match=r"^s3://no-such-bucket/a\.rec: no such object \(or its bucket does not exist\)$"):
         RemoteSource("s3://no-such-bucket/a.rec")
     from im2rec import Im2recError, RecordDataset
 
-    with pytest.raises(Im2recError, match="s3://data/nothing.rec: no such object"):
+    with pytest.raises(Im2recError, match=r"^s3://data/nothing\.rec: no such object$"):
         RecordDataset("s3://data/nothing.rec")
     # a missing bucket is named as such, not as a missing object
     with pytest.raises(Im2recError) as e:
