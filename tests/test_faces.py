@@ -319,7 +319,7 @@ def test_bin_errors_name_the_file_and_line(face, tmp_path):
     assert result.stderr == f"Error: {tmp_path / 'p.tsv'}:2: expected 'left<TAB>right<TAB>issame' with issame 1/0 or true/false, got '00002.jpg\\t00003.jpg\\tmaybe'\n"
     (tmp_path / "q.tsv").write_text("00000.jpg\tnope.jpg\t1\n")
     result = run("bin", "build", tmp_path / "q.tsv", face / "pairs", tmp_path / "o.bin")
-    assert result.exit_code == 1 and f"q.tsv:1: cannot read {face / 'pairs' / 'nope.jpg'}: No such file or directory" in result.stderr
+    assert result.exit_code == 1 and result.stderr == f"Error: {tmp_path / 'q.tsv'}:1: cannot read {face / 'pairs' / 'nope.jpg'}: No such file or directory\n"
     (tmp_path / "junk.bin").write_bytes(b"not a pickle at all")
     result = run("bin", "extract", tmp_path / "junk.bin", tmp_path / "o")
     assert result.exit_code == 1 and result.stderr.startswith(f"Error: {tmp_path / 'junk.bin'}: not a readable verification set pickle: ")

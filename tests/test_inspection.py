@@ -216,7 +216,7 @@ def test_index_needs_headers_for_id_keys(data_dir, tmp_path):
     shutil.copy(data_dir / "raw.rec", tmp_path / "raw.rec")
     result = run("index", tmp_path / "raw.rec")
     assert result.exit_code == 1
-    assert "record at byte 0 is 0 bytes, too short for an IRHeader to take a key from: use --keys counter" in result.stderr
+    assert result.stderr == f"Error: {tmp_path / 'raw.rec'}: the record at byte 0 is 0 bytes, too short for an IRHeader to take a key from: use --keys counter\n"
     assert run("index", tmp_path / "raw.rec", "--keys", "counter").exit_code == 0
 
 
