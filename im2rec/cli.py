@@ -23,7 +23,7 @@ from . import __version__, exchange, faces, formats, image, inspection, listing,
 from .console import warnings_on_stderr
 from .errors import Im2recError, OptionError, OutputExistsError, StorageError, TooManyFailures
 from .packing import shards
-from .text import plural
+from .text import parse_size, plural
 
 
 def translate_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -354,7 +354,7 @@ def _exits_when_interrupted(bar: _Tqdm, kept: str) -> Iterator[None]:
 @stats_option
 @click.option("--num-parts", type=click.IntRange(min=1), default=1, show_default=True, help="Split the list into N contiguous parts (with --part-index or --dask).")
 @click.option("--part-index", type=click.IntRange(min=0), default=None, help="Pack only part I of --num-parts, to OUT-0000I-of-0000N.rec; join parts with `im2rec merge`.")
-@click.option("--shard-size", type=_Parsed("SIZE", shards.parse_size), default=None, help="Start a new shard OUT-00000.rec, OUT-00001.rec, ... before one would pass SIZE (e.g. 1GB, 500MB); writes OUT.shards.json.")
+@click.option("--shard-size", type=_Parsed("SIZE", parse_size), default=None, help="Start a new shard OUT-00000.rec, OUT-00001.rec, ... before one would pass SIZE (e.g. 1GB, 500MB); writes OUT.shards.json.")
 @click.option("--dask", "dask_address", metavar="ADDRESS", default=None, help="Run the parts as tasks on a Dask cluster (tcp://host:8786, or 'local'), then merge them. Needs im2rec[dask].")
 @click.option("--no-merge", is_flag=True, help="With --dask: keep the parts, do not merge them.")
 @quiet_option
@@ -514,7 +514,7 @@ def merge_command(out, parts, layout, overwrite, quiet, storage_options):
 @click.argument("rec", metavar="DATA.rec", type=_PathOrURL())
 @click.argument("out", metavar="OUT", type=_Output(folder=True))
 @click.option("--format", "fmt", type=click.Choice(formats.FORMATS), required=True, help="webdataset: tar shards; parquet: 🤗 datasets' Parquet; mds: MosaicML streaming; litdata: Lightning's litdata (needs im2rec[litdata]).")
-@click.option("--shard-size", type=_Parsed("SIZE", shards.parse_size), default=None, help="Start a new shard before one would pass SIZE (e.g. 1GB, 64MB) [default: 512MB for webdataset and parquet, 64MB for mds and litdata].")
+@click.option("--shard-size", type=_Parsed("SIZE", parse_size), default=None, help="Start a new shard before one would pass SIZE (e.g. 1GB, 64MB) [default: 512MB for webdataset and parquet, 64MB for mds and litdata].")
 @click.option("--classes", "classes_path", type=_PathOrURL(), default=None, help="A 'label TAB name' file (what `im2rec list` writes as PREFIX.classes.tsv) [default: PREFIX.classes.tsv beside DATA.rec, if there].")
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it has files.")
 @quiet_option

@@ -314,8 +314,7 @@ class RecordDataset:
 
     def _unreadable(self, e: StorageError, items: np.ndarray) -> Im2recError:
         """``e`` (a range that could not be read) as an error naming the first record it held."""
-        span = getattr(e, "span", None)
-        url = getattr(e, "url", None)
+        span, url = e.span, e.url
         for i in items.tolist():
             path, offset, key = self.locate(i)
             if span is not None and path == url and span[0] <= offset < span[1]:

@@ -309,17 +309,12 @@ def export_rec(
         writer = module.Writer(dest.folder, name, shard_size, meta, dest.shard_done)
         progress.start(total)
         n = 0
-        write_batch = getattr(writer, "write_batch", None)
         for reader, face in zip(readers, faces):
             if face is not None:
                 summary.skipped += 1 + face[1] - face[0]
             for batch in _batches(reader, meta.classes, face, summary.problems):
                 summary.bytes += sum(map(len, batch.images))
-                if write_batch is not None:
-                    write_batch(batch)
-                else:
-                    for sample in batch.samples():
-                        writer.write(sample)
+                writer.write_batch(batch)
                 n += len(batch)
                 progress.update(len(batch))
         last = writer.close()
@@ -415,7 +410,7 @@ def import_samples(src: str, out_rec: str, fmt: str, options: PackOptions | None
     meta: DatasetMeta | None = reader.meta
     names = reader.class_names()
     class_ids = {n: i for i, n in enumerate(names)} if names else {}
-    label_names = getattr(reader, "label_names", None)  # a 🤗 ClassLabel's
+    label_names = reader.label_names  # a 🤗 ClassLabel's
     classes = {i: n for n, i in class_ids.items()} or (meta.classes if meta else {}) or dict(enumerate(label_names or []))
     keyed = meta is not None and meta.format == fmt
     source = SampleSource(reader, src, fmt, class_ids, keyed)

@@ -406,7 +406,8 @@ def test_export_and_import_through_s3(fmt, s3, data_dir, tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert fs.cat(f"{b}/back/all.rec") == (golden / "all.rec").read_bytes() and fs.cat(f"{b}/back/all.idx") == (golden / "all.idx").read_bytes()
     result = run("export", f"s3://{b}/all.rec", f"s3://{b}/x", "--format", fmt)
-    assert result.exit_code == 1 and result.output == f"Error: s3://{b}/x exists: pass --overwrite to replace it\n"
+    first = {"webdataset": "all-000000.tar", "parquet": "all-000000.parquet"}[fmt]
+    assert result.exit_code == 1 and result.output == f"Error: s3://{b}/x/{first} exists: pass --overwrite to replace it\n"
     assert run("export", f"s3://{b}/all.rec", f"s3://{b}/x", "--format", fmt, "--overwrite").exit_code == 0
     assert len([p for p in fs.find(f"{b}/x") if "/all-" in p]) == 1  # the old shards replaced, not left beside
     assert not os.path.exists("s3:") and not [p for p in (tmp_path / "staging").rglob("*") if p.is_file()]

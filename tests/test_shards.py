@@ -13,7 +13,8 @@ from im2rec import recordio
 from im2rec.cli import main
 from im2rec.dataset import RecordDataset
 from im2rec.lst import ListEntry, read_lst, write_lst
-from im2rec.packing.shards import parse_size, part_path
+from im2rec.packing.shards import part_path
+from im2rec.text import parse_size
 
 
 @pytest.fixture(scope="module")

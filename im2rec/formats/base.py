@@ -402,6 +402,11 @@ class ShardWriter(Protocol):
     def write(self, sample: Sample) -> None:
         """Add one sample (its ``image`` may be a view that is only valid during the call)."""
 
+    def write_batch(self, batch: Batch) -> None:
+        """Add the samples of ``batch`` (what ``export`` hands over): one by one, unless the format does better."""
+        for sample in batch.samples():
+            self.write(sample)
+
     def close(self) -> list[str]:
         """Finish the last shard (``on_shard`` is called for it) and write the format's index,
         if it has one; return the paths of the files written after the last ``on_shard``
@@ -416,10 +421,12 @@ class SampleReader(Protocol):
     """Reads a format's samples in order, from a local folder or a URL (with ``storage_options``).
 
     ``Reader(src, storage_options)``; ``src`` is the folder (or URL prefix) the format's
-    writer wrote, or one shard file where the format allows (a tar, a parquet file).
+    writer wrote, or one shard file where the format allows (a tar, a parquet file). The
+    formats' readers subclass it (and their writers ``ShardWriter``) for the defaults.
     """
 
     meta: DatasetMeta | None  # ``im2rec.json`` when the folder has one
+    label_names: list[str] | None = None  # the names the format's own metadata gives integer labels (🤗 datasets' ClassLabel)
 
     def count(self) -> int | None:
         """How many samples, when the format says so without reading them."""

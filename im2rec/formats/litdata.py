@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import Im2recError
-from .base import DatasetMeta, FolderSource, Sample, build_sample, decompress_zstd, pick_roles, png_from_pil_raw, read_meta
+from .base import DatasetMeta, FolderSource, Sample, SampleReader, ShardWriter, build_sample, decompress_zstd, pick_roles, png_from_pil_raw, read_meta
 from .mds import U32, decode_column
 
 __all__ = ["INDEX_NAME", "MISSING_LITDATA", "Reader", "Writer", "decode_leaf", "leaf_names"]
@@ -71,7 +71,7 @@ AS_STORED = ("bytes", "jpeg", "image", "file", "pdf", "video", "audio", "tifffil
 # --------------------------------------------------------------------------- writing
 
 
-class Writer:
+class Writer(ShardWriter):
     """Writes samples as litdata chunks with litdata's ``BinaryWriter`` (a ``ShardWriter``).
 
     ``BinaryWriter`` holds the items of one chunk (``chunk_bytes = shard_size`` of items, plus
@@ -359,7 +359,7 @@ class Chunk:
         return rows
 
 
-class Reader(FolderSource):
+class Reader(FolderSource, SampleReader):
     """Reads litdata samples in order from a folder or a URL prefix (a ``SampleReader``),
     without litdata: each chunk read whole into memory, one at a time.
 

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import Im2recError
-from .base import DatasetMeta, FolderSource, Sample, build_sample, decompress_zstd, in_folder, pick_roles, png_from_pil_raw, read_meta
+from .base import DatasetMeta, FolderSource, Sample, SampleReader, ShardWriter, build_sample, decompress_zstd, in_folder, pick_roles, png_from_pil_raw, read_meta
 
 __all__ = [
     "COLUMNS",
@@ -90,7 +90,7 @@ def shard_name(index: int) -> str:
 # --------------------------------------------------------------------------- writing
 
 
-class Writer:
+class Writer(ShardWriter):
     """Writes samples as MDS shards that streaming's ``StreamingDataset`` reads (a ``ShardWriter``).
 
     A shard is built in memory (at most ``shard_size`` bytes, or one larger sample) and
@@ -319,7 +319,7 @@ def decode_ndarray(args: str, data: memoryview) -> np.ndarray:
     return np.frombuffer(data[pos:], np.dtype(dtype).newbyteorder("<")).reshape(shape)
 
 
-class Reader(FolderSource):
+class Reader(FolderSource, SampleReader):
     """Reads MDS samples in order from a folder or a URL prefix (a ``SampleReader``).
 
     Each shard is read whole into memory, one at a time. Columns other than export's are

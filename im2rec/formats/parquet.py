@@ -35,7 +35,25 @@ import numpy as np
 from .. import storage
 from ..errors import Im2recError
 from ..fsutil import start_writeback
-from .base import IMAGE_NAMES, KEY_NAMES, LABEL_NAMES, Batch, DatasetMeta, OnShard, Sample, check_listed, extension_of, in_folder, labels_of, meta_text, read_meta, shard_files, source_folder
+from .base import (
+    IMAGE_NAMES,
+    KEY_NAMES,
+    LABEL_NAMES,
+    Batch,
+    DatasetMeta,
+    OnShard,
+    Sample,
+    SampleReader,
+    ShardWriter,
+    check_listed,
+    extension_of,
+    in_folder,
+    labels_of,
+    meta_text,
+    read_meta,
+    shard_files,
+    source_folder,
+)
 
 __all__ = ["ROW_GROUP_BYTES", "ROW_GROUP_ROWS", "Reader", "Writer", "pyarrow"]
 
@@ -72,7 +90,7 @@ def _features(classes: dict[int, str]) -> dict[str, Any]:
     }
 
 
-class Writer:
+class Writer(ShardWriter):
     """Writes samples as ``NAME-000000.parquet``... in ``folder`` (see the module)."""
 
     def __init__(self, folder: str, name: str, shard_size: int, meta: DatasetMeta, on_shard: OnShard):
@@ -250,7 +268,7 @@ def _column(names: list[str], wanted: tuple[str, ...]) -> str | None:
     return None
 
 
-class Reader:
+class Reader(SampleReader):
     """Samples of Parquet files: one file, a folder (or URL prefix) of ``*.parquet``, or a glob."""
 
     def __init__(self, src: str, storage_options: dict | None = None, label_field: str | None = None):

@@ -37,7 +37,7 @@ import numpy as np
 from .. import storage
 from ..errors import Im2recError
 from ..fsutil import WriteBehind
-from .base import Batch, DatasetMeta, OnShard, Sample, check_listed, extension_of, meta_text, read_meta, shard_files, source_folder
+from .base import Batch, DatasetMeta, OnShard, Sample, SampleReader, ShardWriter, check_listed, extension_of, meta_text, read_meta, shard_files, source_folder
 
 __all__ = ["Reader", "Writer", "shard_name"]
 
@@ -100,7 +100,7 @@ def shard_name(name: str, index: int) -> str:
     return f"{name}-{index:06d}.tar"
 
 
-class Writer:
+class Writer(ShardWriter):
     """Writes samples as ``NAME-000000.tar``... in ``folder`` (see the module)."""
 
     def __init__(self, folder: str, name: str, shard_size: int, meta: DatasetMeta, on_shard: OnShard):
@@ -415,7 +415,7 @@ def _number(text: bytes | str) -> float | str:
         return s
 
 
-class Reader:
+class Reader(SampleReader):
     """Samples of WebDataset shards: a ``.tar``, a folder (or URL prefix) of them, or a glob.
 
     A sample's image is its first field with an image extension (``jpg``, ``png``, ...;

@@ -27,7 +27,6 @@ from ..errors import Im2recError, OptionError
 from ..fsutil import commit, make_parents, remove_quietly, start_writeback
 from ..outputs import FAILED_HEADER, partial, refuse_existing
 from ..recordio import RecordWriter, format_index, idx_path_of, read_index, read_manifest, sibling
-from ..text import parse_size
 
 __all__ = [
     "MergeResult",
@@ -37,7 +36,6 @@ __all__ = [
     "manifest_path",
     "merge",
     "merge_parts",
-    "parse_size",
     "part_path",
     "parts_layout",
     "read_manifest",
