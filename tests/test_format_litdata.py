@@ -233,3 +233,18 @@ def test_reading_from_s3(litdata, tmp_path):
         assert reader.count() == 25 and reader.meta is not None and reader.meta.format == "litdata"
         for a, b in zip(samples[4:], reader.samples(4), strict=True):
             same(a, b)
+
+
+def test_a_label_column_no_serializer_of_ours_reads_is_refused_at_open(litdata, tmp_path):
+    """Found by the damage harness: index.json's 'no_header_numpy:9' with one byte flipped made every
+    sample fail alike (14 bad labels); the index now says it, once, before any sample is read."""
+    write(tmp_path / "d", make_samples(6), 2000)
+    index = tmp_path / "d" / "index.json"
+    config = json.loads(index.read_text())
+    label = config["config"]["data_format"].index("no_header_numpy:9")  # the label column's float32 arrays
+    for damaged, said in (("no_header_nulpy:9", "not one im2rec reads"), ("pickle", "pickled: im2rec does not unpickle, which runs code")):
+        config["config"]["data_format"][label] = damaged
+        index.write_text(json.dumps(config))
+        with pytest.raises(Im2recError) as e:
+            Reader(str(tmp_path / "d"))
+        assert str(e.value) == f"{index}: the label column 'label' has litdata serializer {damaged!r}, {said}"

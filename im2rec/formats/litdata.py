@@ -66,6 +66,8 @@ NUMPY_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", 
 TORCH_DTYPES = {0: "float32", 1: "float32", 2: "float64", 3: "float64", 4: "complex64", 5: "complex64", 6: "complex128", 7: "complex128", 8: "float16", 9: "float16", 11: "uint8", 12: "int8", 13: "int16", 14: "int16", 15: "int32", 16: "int32", 17: "int64", 18: "int64", 19: "bool", 20: "uint16"}
 #: serializers whose bytes are the file as it was given (an image, a video, a document...)
 AS_STORED = ("bytes", "jpeg", "image", "file", "pdf", "video", "audio", "tifffile", "tiff", "mesh", "nifti")
+#: Every serializer ``decode_leaf`` reads.
+READ = (*AS_STORED, "str", "text", "int", "float", "bool", "pil", "no_header_numpy", "numpy", "tensor", "no_header_tensor", "json", "jpeg_array")
 
 
 # --------------------------------------------------------------------------- writing
@@ -401,6 +403,11 @@ class Reader(FolderSource, SampleReader):
             if not (isinstance(chunk, dict) and isinstance(chunk.get("filename"), str) and isinstance(chunk.get("chunk_size"), int) and chunk["chunk_size"] >= 0):
                 raise Im2recError(f"{where}: chunk {n} is not a litdata chunk entry (a 'filename' and a 'chunk_size')")
         self.roles = pick_roles({n: f.split(":", 1)[0] for n, f in zip(self.names, self.formats)}, label_field, where)
+        serializer = dict(zip(self.names, self.formats))
+        for role, name in (("image", self.roles.image), ("label", self.roles.label), ("key", self.roles.key)):
+            if name is not None and serializer[name].split(":", 1)[0] not in READ:  # else every sample would fail alike
+                said = "pickled: im2rec does not unpickle, which runs code" if serializer[name] == "pickle" else "not one im2rec reads"
+                raise Im2recError(f"{where}: the {role} column {name!r} has litdata serializer {serializer[name]!r}, {said}")
         self.meta: DatasetMeta | None = read_meta(self.src, storage_options)
 
     def shard_names(self) -> list[str | None]:

@@ -68,89 +68,10 @@ def fetch_in_order(
     """
     import queue
 
-    stats = stats if stats is not None else FetchStats()
+    held = _Window(ahead, window)
+    fetcher = _Fetcher(storage_options, stats if stats is not None else FetchStats())
     out: queue.Queue[Any] = queue.Queue()
-    stop = threading.Event()
-    room = threading.Condition()
-    held = [0, 0]  # bytes and batches fetched and not yet taken by the consumer
-    in_a_row: list[str] = []  # the objects that went unanswered, after their retries, since the last one fetched
-    fs_cache: dict[str, Any] = {}
-
-    def fs_for(url: str) -> tuple[Any, str]:
-        if "fs" not in fs_cache:
-            fs_cache["fs"] = single_attempt(filesystem(url, single_attempt_options(url, storage_options), fresh=True)[0])
-        fs = fs_cache["fs"]
-        return fs, object_path(url)
-
-    def fetch(urls: list[str]) -> tuple[list[bytes | StorageError], list[bool]]:
-        client = s3client.client_for(urls[0], storage_options)
-        attempt: Callable[[list[Any]], list[Any]]
-        if client is not None:
-            paths: list[Any] = [s3client.split(u) for u in urls]
-
-            def attempt(todo: list[tuple[str, str]]) -> list[Any]:
-                return client.map(lambda where: client.get(*where), todo)
-        else:
-            fs, _ = fs_for(urls[0])
-            paths = [object_path(u) for u in urls]
-
-            def attempt(todo: list[str]) -> list[Any]:
-                got = fs.cat(todo, on_error="return") if len(todo) > 1 else {todo[0]: fs.cat_file(todo[0])}
-                return [got.get(p) for p in todo]
-
-        def count(n: int) -> None:
-            stats.retried += n
-
-        results = with_retries(list(dict.fromkeys(paths)), attempt, RETRIES, count)
-        return [
-            storage_error(url, results[p]) if isinstance(results[p], BaseException) else results[p]
-            for url, p in zip(urls, paths)
-        ], [isinstance(results[p], BaseException) and not permanent(results[p]) for p in paths]
-
-    def outage(urls: list[str], data: list[Any], unanswered: list[bool]) -> tuple[int, StorageError] | None:
-        """``(where in this batch the run began, the error)`` when ``OUTAGE`` objects in a row went
-        unanswered (the store itself stopped answering: stop, rather than fail every image), else None."""
-        for i, (url, failed) in enumerate(zip(urls, unanswered)):
-            if not failed:
-                in_a_row.clear()
-                continue
-            in_a_row.append(url)
-            if len(in_a_row) >= OUTAGE:
-                said = str(data[i]).removeprefix(url + ": ")
-                error = StoreUnreachable(f"{in_a_row[0]}: {said}; so were the next {len(in_a_row) - 1} objects, after {RETRIES} retries each: the store stopped answering")
-                return max(0, i - len(in_a_row) + 1), error
-        return None
-
-    def feed() -> None:
-        try:
-            it = iter(items)
-            size = min(batch, 4)  # a small first batch: the encoders start at once, and its sizes tell the next
-            fetched_bytes = fetched = 0
-            while not stop.is_set():
-                with room:
-                    room.wait_for(lambda: (held[0] < ahead and held[1] < window) or stop.is_set())
-                chunk = list(itertools.islice(it, size))
-                if not chunk:
-                    break
-                urls = [url_of(x) for x in chunk]
-                data, unanswered = fetch(urls)
-                stopped = outage(urls, data, unanswered)
-                if stopped is not None:  # what came before the run goes on to the encoders, then the error
-                    out.put(list(zip(chunk, data))[: stopped[0]])
-                    out.put(stopped[1])
-                    return
-                got = sum(len(d) for d in data if isinstance(d, bytes))
-                with room:
-                    held[0] += got
-                    held[1] += 1
-                fetched, fetched_bytes = fetched + len(chunk), fetched_bytes + got
-                size = max(1, min(batch, int(ahead // 4 // max(1, fetched_bytes // fetched))))
-                out.put(list(zip(chunk, data)))
-            out.put(None)
-        except BaseException as e:
-            out.put(e)
-
-    thread = threading.Thread(target=feed, name="im2rec-fetch", daemon=True)
+    thread = threading.Thread(target=_feed, args=(iter(items), url_of, batch, ahead, fetcher, held, out), name="im2rec-fetch", daemon=True)
     thread.start()
     try:
         while True:
@@ -161,12 +82,118 @@ def fetch_in_order(
                 raise got
             for i, (item, data) in enumerate(got, 1):
                 yield item, data
-                with room:  # taken: the encoders hold it now
-                    held[0] -= len(data) if isinstance(data, bytes) else 0
-                    held[1] -= i == len(got)
-                    room.notify()
+                held.taken(len(data) if isinstance(data, bytes) else 0, i == len(got))  # the encoders hold it now
     finally:
-        stop.set()
-        with room:
-            room.notify()
+        held.stop()
         thread.join(5)
+
+
+class _Window:
+    """What the fetching thread holds ahead of the consumer: ``bytes`` and ``batches`` fetched
+    and not yet taken; it fetches more only while both are below their limits."""
+
+    def __init__(self, ahead: int, batches: int):
+        self.ahead, self.most = ahead, batches
+        self.bytes = self.batches = 0
+        self.stopped = False
+        self.room = threading.Condition()
+
+    def wait_for_room(self) -> None:
+        with self.room:
+            self.room.wait_for(lambda: (self.bytes < self.ahead and self.batches < self.most) or self.stopped)
+
+    def added(self, size: int) -> None:
+        with self.room:
+            self.bytes += size
+            self.batches += 1
+
+    def taken(self, size: int, last_of_its_batch: bool) -> None:
+        with self.room:
+            self.bytes -= size
+            self.batches -= last_of_its_batch
+            self.room.notify()
+
+    def stop(self) -> None:
+        with self.room:
+            self.stopped = True
+            self.room.notify()
+
+
+class _Fetcher:
+    """The requests of one ``fetch_in_order``: batches of objects fetched at once, retried and
+    counted, and the watch for an outage (``OUTAGE`` objects in a row unanswered)."""
+
+    def __init__(self, storage_options: Mapping[str, Any] | None, stats: FetchStats):
+        self.storage_options, self.stats = storage_options, stats
+        self.fs: Any = None  # fsspec's filesystem, made on first use, when the S3 client declines
+        self.in_a_row: list[str] = []  # the objects that went unanswered, after their retries, since the last one fetched
+
+    def fetch(self, urls: list[str]) -> tuple[list[bytes | StorageError], list[bool]]:
+        """Each object's bytes or error, and whether it went unanswered (a failure not its own)."""
+        client = s3client.client_for(urls[0], self.storage_options)
+        attempt: Callable[[list[Any]], list[Any]]
+        if client is not None:
+            paths: list[Any] = [s3client.split(u) for u in urls]
+
+            def attempt(todo: list[tuple[str, str]]) -> list[Any]:
+                return client.map(lambda where: client.get(*where), todo)
+        else:
+            if self.fs is None:
+                self.fs = single_attempt(filesystem(urls[0], single_attempt_options(urls[0], self.storage_options), fresh=True)[0])
+            fs = self.fs
+            paths = [object_path(u) for u in urls]
+
+            def attempt(todo: list[str]) -> list[Any]:
+                got = fs.cat(todo, on_error="return") if len(todo) > 1 else {todo[0]: fs.cat_file(todo[0])}
+                return [got.get(p) for p in todo]
+
+        results = with_retries(list(dict.fromkeys(paths)), attempt, RETRIES, self.retried)
+        return [
+            storage_error(url, results[p]) if isinstance(results[p], BaseException) else results[p]
+            for url, p in zip(urls, paths)
+        ], [isinstance(results[p], BaseException) and not permanent(results[p]) for p in paths]
+
+    def retried(self, n: int) -> None:
+        self.stats.retried += n
+
+    def outage(self, urls: list[str], data: list[Any], unanswered: list[bool]) -> tuple[int, StorageError] | None:
+        """``(where in this batch the run began, the error)`` when ``OUTAGE`` objects in a row went
+        unanswered (the store itself stopped answering: stop, rather than fail every image), else None."""
+        for i, (url, failed) in enumerate(zip(urls, unanswered)):
+            if not failed:
+                self.in_a_row.clear()
+                continue
+            self.in_a_row.append(url)
+            if len(self.in_a_row) >= OUTAGE:
+                first, more = self.in_a_row[0], len(self.in_a_row) - 1
+                said = str(data[i]).removeprefix(url + ": ")
+                error = StoreUnreachable(f"{first}: {said}; so were the next {more} objects, after {RETRIES} retries each: the store stopped answering")
+                return max(0, i - more), error
+        return None
+
+
+def _feed(items: Iterator[T], url_of: Callable[[T], str], batch: int, ahead: int, fetcher: _Fetcher, window: _Window, out: Any) -> None:
+    """The fetching thread: batches of items with their bytes onto ``out``, then None (or the exception)."""
+    try:
+        size = min(batch, 4)  # a small first batch: the encoders start at once, and its sizes tell the next
+        fetched_bytes = fetched = 0
+        while not window.stopped:
+            window.wait_for_room()
+            chunk = list(itertools.islice(items, size))
+            if not chunk:
+                break
+            urls = [url_of(x) for x in chunk]
+            data, unanswered = fetcher.fetch(urls)
+            stopped = fetcher.outage(urls, data, unanswered)
+            if stopped is not None:  # what came before the run goes on to the encoders, then the error
+                out.put(list(zip(chunk, data))[: stopped[0]])
+                out.put(stopped[1])
+                return
+            got = sum(len(d) for d in data if isinstance(d, bytes))
+            window.added(got)
+            fetched, fetched_bytes = fetched + len(chunk), fetched_bytes + got
+            size = max(1, min(batch, int(ahead // 4 // max(1, fetched_bytes // fetched))))
+            out.put(list(zip(chunk, data)))
+        out.put(None)
+    except BaseException as e:
+        out.put(e)
