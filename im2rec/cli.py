@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import posixpath
 import signal
 import sys
@@ -117,8 +118,11 @@ class _Output(click.ParamType):
 
     def __init__(self, folder: bool | None = False):
         self._path = click.Path() if folder is None else click.Path(file_okay=not folder, dir_okay=folder)
+        self._folder = folder
 
     def convert(self, value, param, ctx):
+        if self._folder is not True and str(value).endswith(("/", os.sep)):  # else `out/` would write out/.rec, out/.lst
+            self.fail(f"{value!r} ends with '/', a folder: {'name the lists, such as ' + str(value) + 'train' if self._folder is None else 'name the file'}", param, ctx)
         if storage.is_url(value):
             return value
         return self._path.convert(value, param, ctx)
@@ -286,9 +290,18 @@ class _Bar(_Tqdm, packing.Progress):
     def __init__(self, enabled: bool):
         super().__init__(enabled)
         self.failed = 0
+        self.partial: str | None = None
 
     def start(self, total: int, done: int) -> None:
         self.open(total or None, done)  # 0: an import of unknown length
+
+    def writing(self, partial: str) -> None:
+        self.partial = partial
+
+    def kept(self) -> str:
+        """What a stopped run keeps, for the interrupt's line."""
+        where = f" in {self.partial}" if self.partial else ""
+        return f"the finished part is kept{where}: rerun with --resume to continue"
 
     def update(self, result: packing.Result) -> None:
         if self.bar is None:
@@ -321,16 +334,17 @@ def _raise_terminated(signum, frame):
 
 
 @contextlib.contextmanager
-def _exits_when_interrupted(bar: _Tqdm, kept: str) -> Iterator[None]:
+def _exits_when_interrupted(bar: _Tqdm, kept: str | Callable[[], str]) -> Iterator[None]:
     """Ctrl-C or SIGTERM in the block: the bar closed, ``Error: interrupted; KEPT`` (or
-    ``terminated``) and exit status 130 (143); SIGTERM's handler restored after."""
+    ``terminated``; ``kept()`` when it is a function) and exit status 130 (143); SIGTERM's
+    handler restored after."""
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         yield
     except KeyboardInterrupt as e:
         bar.close()
         what = "terminated" if isinstance(e, _Terminated) else "interrupted"
-        click.echo(f"Error: {what}; {kept}", err=True)
+        click.echo(f"Error: {what}; {kept() if callable(kept) else kept}", err=True)
         sys.exit(143 if isinstance(e, _Terminated) else 130)
     finally:
         bar.close()
@@ -340,7 +354,7 @@ def _exits_when_interrupted(bar: _Tqdm, kept: str) -> Iterator[None]:
 @main.command("pack")
 @click.argument("lst", metavar="LIST", type=_PathOrURL())
 @click.argument("root", type=_PathOrURL(folder=True))
-@click.argument("out", required=False, type=click.Path(dir_okay=False))
+@click.argument("out", required=False, type=_Output())
 @image_options
 @click.option("--pack-label", is_flag=True, help="Store every label of a line that has several (flag = label count), as im2rec.py.")
 @click.option("--label-width", type=click.IntRange(min=1), default=None, help="Require exactly N labels on every line and store them all (for ImageRecordIter(label_width=N) and DALI).")
@@ -439,7 +453,7 @@ def _with_bar(run, options, stats, quiet):
     Ctrl-C and SIGTERM keep the finished part for --resume; a run stopped by
     ``--max-errors`` still writes ``--stats``."""
     bar = _Bar(not quiet)
-    with _exits_when_interrupted(bar, "the finished part is kept: rerun with --resume to continue"):
+    with _exits_when_interrupted(bar, bar.kept):
         try:
             return run(bar)
         except TooManyFailures as e:
@@ -479,7 +493,7 @@ def _pack_with_dask(lst, root, out, options, address, num_parts, merge, strict, 
 
 
 @main.command("merge")
-@click.argument("out", type=click.Path(dir_okay=False))
+@click.argument("out", type=_Output())
 @click.argument("parts", nargs=-1, required=True, type=_PathOrURL())
 @click.option("--layout", type=click.Choice(recordio.LAYOUTS), default=None, help="[default: the parts' own: insightface for the parts of a `pack --layout insightface` run (each has a .layout file beside it), whose merged images are laid out as one face set; else plain]")
 @click.option("--overwrite", is_flag=True, help="Replace an existing OUT.")
@@ -555,7 +569,7 @@ def export_command(rec, out, fmt, shard_size, classes_path, overwrite, quiet, st
 
 @main.command("import")
 @click.argument("src", metavar="SRC", type=_PathOrURL(folder=None))
-@click.argument("out", metavar="OUT.rec", type=click.Path(dir_okay=False))
+@click.argument("out", metavar="OUT.rec", type=_Output())
 @click.option("--format", "fmt", type=click.Choice(formats.FORMATS), default=None, help="What SRC holds: webdataset tar shards, parquet files, an mds or a litdata folder [default: what SRC/im2rec.json says, for an export's folder; else webdataset for a .tar, parquet for a .parquet].")
 @click.option("--label-field", default=None, help="The field (tar extension, column) that holds the label [default: json's 'label', else the first of cls, label, class, target, y, ...; see the README].")
 @click.option("--layout", type=click.Choice(recordio.LAYOUTS), default=None, help="plain: keys as exported (or 0..N-1); insightface: RecBuilder's face-recognition layout [default: the source's, from its im2rec.json, else plain].")

@@ -32,7 +32,7 @@ from . import formats, recordio, storage
 from .errors import Im2recError, OptionError, OutputExistsError, RecordIOError
 from .formats.base import Batch, DatasetMeta, Sample, SampleReader, default_flag, read_meta, shard_files, source_folder
 from .fsutil import atomic_open, make_parents, start_writeback
-from .inspection import Problem
+from .inspection import Problem, open_rec
 from .lst import find_classes, format_classes, read_classes
 from .outputs import partial
 from .packing import Checked, PackOptions, PackSummary, Progress, Task, pack_source
@@ -284,11 +284,10 @@ def export_rec(
     readers = []
     for rec in recs:
         idx = idx_path_of(rec)
-        if not storage.there(rec, storage_options):
-            raise Im2recError(storage.missing(rec, storage_options))
-        if not storage.there(idx, storage_options):
+        reader, index = open_rec(rec, storage_options=storage_options)  # a file of no records is refused
+        readers.append(reader)
+        if index is None:
             raise Im2recError(f"{idx}: no such {'object' if storage.is_url(idx) else 'file'}: export reads the records in .idx order (rebuild it with `im2rec index {rec}`)")
-        readers.append(RecordReader(rec, idx, storage_options=storage_options, on_cut="skip"))
     faces = [insightface_header(r) for r in readers]
     layout = "insightface" if all(f is not None for f in faces) else "plain"
     if layout == "plain":  # every record, header and identity records of insightface parts included

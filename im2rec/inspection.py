@@ -64,12 +64,40 @@ class Problem:
 
 
 def open_rec(rec: str, with_idx: bool = True, storage_options: dict | None = None) -> tuple[RecordReader, RecordIndex | None]:
-    """A reader of ``rec`` (a path or a URL), with its ``.idx`` when there is one and ``with_idx``."""
+    """A reader of ``rec`` (a path or a URL), with its ``.idx`` when there is one and ``with_idx``.
+
+    Raises:
+        Im2recError: ``rec`` is missing, or is not a RecordIO file (see ``refuse_non_recordio``).
+    """
     if not storage.there(rec, storage_options):
         raise Im2recError(storage.missing(rec, storage_options))
     idx = idx_path_of(rec)
+    plain = RecordReader(rec, storage_options=storage_options)
+    try:
+        refuse_non_recordio(plain)
+    finally:
+        plain.close()
     reader = RecordReader(rec, idx if with_idx and storage.there(idx, storage_options) else None, storage_options=storage_options, on_cut="skip")
     return reader, reader.index
+
+
+def refuse_non_recordio(reader: RecordReader) -> None:
+    """Refuse a file in which no record starts anywhere: not a RecordIO file (a ``.lst`` named by
+    mistake shares its ``.idx`` name with the ``.rec``, which it must not be read with or rebuild).
+    A damaged ``.rec`` has a record head somewhere; an empty file holds no records and passes.
+
+    Raises:
+        Im2recError: no 4-aligned magic word followed by a record's lrec in the whole file.
+    """
+    size = reader.size
+    step = _SCAN_CHUNK // 4
+    for first in range(0, size // 4, step):
+        words = reader.words(first, min(step, size // 4 - first))
+        for pos in ((np.flatnonzero(words == MAGIC) + first) * 4).tolist():
+            if pos + 8 <= size and cflag_of(int.from_bytes(reader.source[pos + 4 : pos + 8], "little")) in (0, 1):
+                return
+    if size:
+        raise Im2recError(f"{reader.path}: not a RecordIO file: no record starts in its {plural(size, 'byte')} (each starts with the magic 0xced7230a)")
 
 
 def cut_problem(reader: RecordReader) -> list[Problem]:
@@ -323,6 +351,11 @@ def verify_rec(rec: str, decode_images: bool = False, storage_options: dict | No
         raise Im2recError(storage.missing(rec, storage_options))
     idx_path = idx_path_of(rec)
     reader = RecordReader(rec, storage_options=storage_options)
+    try:
+        refuse_non_recordio(reader)
+    except Im2recError:
+        reader.close()
+        raise
     report = VerifyReport(rec, idx_path if storage.there(idx_path, storage_options) else None)
     problems = report.problems
     if reader.size % 4:

@@ -1119,7 +1119,7 @@ class RecordReader:
 
     # -- reading one record ------------------------------------------------ #
 
-    def _part_head(self, pos: int, record: int) -> tuple[int, int]:
+    def _frame_head_at(self, pos: int, record: int) -> tuple[int, int]:
         """(cflag, length) of the frame at ``pos``, after checking it fits in the file."""
         size = self.size
         if pos + 8 > size:
@@ -1153,7 +1153,7 @@ class RecordReader:
             TruncatedRecordError, BadMagicError, BadFlagError: the bytes at ``pos`` are not a
             whole record.
         """
-        cflag, length = self._part_head(pos, pos)
+        cflag, length = self._frame_head_at(pos, pos)
         start = pos + 8
         if cflag == 0:
             return self._source[start : start + length], start + ((length + 3) & ~3)
@@ -1166,7 +1166,7 @@ class RecordReader:
         chunks = [self._source[start : start + length]]
         p = start + length  # a non-final frame is a multiple of 4 long: no padding
         while True:
-            cflag, length = self._part_head(p, pos)
+            cflag, length = self._frame_head_at(p, pos)
             if cflag not in (2, 3) or (cflag == 2 and length & 3):
                 what = f"cflag {cflag}" if cflag not in (2, 3) else f"a length ({length}) that is not a multiple of 4"
                 raise BadFlagError(
@@ -1253,7 +1253,7 @@ class RecordReader:
         Raises:
             TruncatedRecordError, BadMagicError, BadFlagError: as ``read_at``.
         """
-        cflag, length = self._part_head(pos, pos)
+        cflag, length = self._frame_head_at(pos, pos)
         frames = [(pos, cflag, length)]
         if cflag == 0:
             return frames
@@ -1263,7 +1263,7 @@ class RecordReader:
             )
         p = pos + 8 + length
         while True:
-            cflag, length = self._part_head(p, pos)
+            cflag, length = self._frame_head_at(p, pos)
             if cflag not in (2, 3) or (cflag == 2 and length & 3):
                 raise BadFlagError(
                     f"{self.path}: record at byte {pos}: the part at byte {p} has cflag {cflag} and length "
@@ -1284,7 +1284,7 @@ class RecordReader:
     def head_at(self, pos: int, n: int) -> bytes:
         """The first ``n`` bytes of the payload of the record at ``pos`` (fewer if it is shorter),
         without copying the rest when the record is in one frame."""
-        cflag, length = self._part_head(pos, pos)
+        cflag, length = self._frame_head_at(pos, pos)
         if cflag == 0:
             return self._source[pos + 8 : pos + 8 + min(n, length)]
         return self.read_at(pos)[0][:n]
@@ -1295,7 +1295,7 @@ class RecordReader:
         if self._buffer is None:
             self.hint_record(pos)
             return self.read_at(pos)[0]
-        cflag, length = self._part_head(pos, pos)
+        cflag, length = self._frame_head_at(pos, pos)
         if cflag == 0:
             return memoryview(self._buffer)[pos + 8 : pos + 8 + length]
         return self.read_at(pos)[0]

@@ -329,7 +329,7 @@ def test_signal_stops_workers_and_leaves_no_final_file(slow_job, tmp_path, sig, 
     assert proc.returncode == status
     kept = (tmp_path / "o.idx.partial").read_text().splitlines()
     assert 0 < len(kept) < SLOW_JOB - 1  # stopped part-way: the records before the signal kept, not the run finished
-    assert err == f"Error: {word}; the finished part is kept: rerun with --resume to continue\n"
+    assert err == f"Error: {word}; the finished part is kept in {tmp_path / 'o.rec.partial'}: rerun with --resume to continue\n"
     assert not any(alive(p) for p in workers)
     assert not any((tmp_path / n).exists() for n in ("o.rec", "o.idx", "o.failed.tsv"))
 
@@ -590,3 +590,29 @@ def test_import_with_image_options_lists_a_jpeg_decoded_only_with_a_warning(dama
     assert "packed 20 of 22 images" in out and "2 failed (2 corrupt)" in out
     failed = (tmp_path / "back.failed.tsv").read_text()
     assert "corrupt: premature end of data segment" in failed and "Corrupt JPEG data" not in err
+
+
+@pytest.mark.parametrize(
+    "args,option,said",
+    [
+        (["pack", "{lst}", "{root}", "outdir/"], "'[OUT]'", "'outdir/' ends with '/', a folder: name the file"),
+        (["pack", "{lst}", "{root}", "o.rec", "--stats", "nodir/"], "'--stats'", "'nodir/' ends with '/', a folder: name the file"),
+        (["inspect", "{rec}", "--grid", "nodir/"], "'--grid'", "'nodir/' ends with '/', a folder: name the file"),
+        (["list", "{root}", "data/"], "'PREFIX'", "'data/' ends with '/', a folder: name the lists, such as data/train"),
+    ],
+)
+def test_an_output_named_as_a_folder_is_a_usage_error(data_dir, tmp_path, monkeypatch, args, option, said):
+    """Found by the new user: `pack ... outdir/` and `--stats nodir/` ended in a traceback, `list ... data/` wrote data/.lst."""
+    monkeypatch.chdir(tmp_path)
+    golden = data_dir / "im2rec_pack_pass"
+    given = [a.format(lst=golden / "all.lst", root=data_dir / "tree", rec=golden / "all.rec") for a in args]
+    result = run(*given)
+    assert result.exit_code == 2 and result.stderr.endswith(f"\nError: Invalid value for {option}: {said}\n"), result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
+def test_an_output_folder_that_cannot_be_written_is_one_error_line(data_dir):
+    golden = data_dir / "im2rec_pack_pass"
+    result = run("pack", golden / "all.lst", data_dir / "tree", "/proc/x.rec", "--pass-through")
+    assert (result.exit_code, result.stderr) == (1, "Error: cannot write /proc/x.failed.tsv: No such file or directory\n")

@@ -416,3 +416,25 @@ def test_a_cut_rec_gives_up_only_what_is_lost(cut_rec, tmp_path):
     cut_at = int(result.stderr.split("`truncate -s ", 1)[1].split(" ", 1)[0])
     os.truncate(rec, cut_at)  # as the message says
     assert run("verify", rec).exit_code == 0
+
+
+def test_a_file_of_no_records_is_refused_and_its_idx_name_left_alone(golden_copy, tmp_path):
+    """The new user's trap: `verify all.lst` (the .lst shares its .idx name with the .rec) advised
+    `index all.lst --overwrite`, which replaced the good all.idx with an empty one."""
+    lst, idx = golden_copy.with_suffix(".lst"), golden_copy.with_suffix(".idx")
+    good = idx.read_bytes()
+    said = f"Error: {lst}: not a RecordIO file: no record starts in its {lst.stat().st_size:,} bytes (each starts with the magic 0xced7230a)\n"
+    for args in (["verify", lst], ["verify", lst, "--decode"], ["inspect", lst], ["index", lst, "--overwrite"], ["extract", lst, tmp_path / "x"], ["export", lst, tmp_path / "w", "--format", "webdataset"]):
+        result = run(*args)
+        assert (result.exit_code, result.stderr) == (1, said), args
+    assert idx.read_bytes() == good
+    assert not (tmp_path / "x").exists() and not (tmp_path / "w").exists()
+    # a damaged .rec is still a RecordIO file: its first record's magic gone, the rest is read and reported
+    data = bytearray(golden_copy.read_bytes())
+    data[0:4] = b"\0\0\0\0"
+    golden_copy.write_bytes(bytes(data))
+    result = run("verify", golden_copy)
+    assert result.exit_code == 1 and f"{golden_copy}: byte 0, key 10: no record at byte 0: expected the magic 0xced7230a, found 0x00000000" in result.stderr
+    # and an empty file holds no records
+    (tmp_path / "empty.rec").write_bytes(b"")
+    assert run("index", tmp_path / "empty.rec").exit_code == 0

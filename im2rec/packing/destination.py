@@ -61,6 +61,8 @@ def plan(out_rec: str, opts: PackOptions) -> Plan:
         PackError: an earlier run's files are in the way, or the plan cannot be (shards to a URL).
         StorageError: ``out_rec``'s bucket is not there.
     """
+    if out_rec.endswith(("/", os.sep)):
+        raise PackError(f"{out_rec}: a folder: name the .rec file to write")
     if storage.is_url(out_rec):
         return _remote(out_rec, opts)
     local = _local(out_rec, opts)

@@ -95,6 +95,9 @@ class Progress:
     def start(self, total: int, done: int) -> None:
         """The run starts: ``total`` list entries, ``done`` of them already handled (resume)."""
 
+    def writing(self, partial: str) -> None:
+        """The records go to ``partial`` as they are written (what a stopped run keeps for ``--resume``)."""
+
     def update(self, result: Result) -> None:
         """One more entry was written (or failed)."""
 
@@ -383,8 +386,12 @@ def _run(source: Source, checked: Checked, dest: Plan, opts: PackOptions, progre
         sink = shards = ShardedWriter(out.rec, opts.shard_size)
     else:
         resuming = PackFiles.claim(out, checked.fingerprint, opts.overwrite, opts.resume)
+        progress.writing(partial(out.rec))
         sink = files = PackFiles(out, dest.stream_to, opts.storage_options)
-    failures = FailureList(out.failed)
+    try:
+        failures = FailureList(out.failed)
+    except OSError as e:  # the first file a run writes: a folder it cannot write in
+        raise PackError(f"cannot write {out.failed}: {e.strerror or e}") from None
     started = False
     try:
         if opts.shard_size:
