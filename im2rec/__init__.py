@@ -8,7 +8,7 @@ The reading and writing API is a drop-in for ``mxnet.recordio``::
 """
 
 from . import recordio
-from .errors import Im2recError
+from .errors import Im2recError, ImageError, StorageError
 from .recordio import (
     IRHeader,
     MXIndexedRecordIO,
@@ -52,6 +52,7 @@ __all__ = [
     "IRHeader",
     "Im2recError",
     "ImageDetRecordIter",
+    "ImageError",
     "ImageRecordIter",
     "MXIndexedRecordIO",
     "MXRecordIO",
@@ -59,6 +60,7 @@ __all__ = [
     "RecordReader",
     "RecordSampler",
     "RecordWriter",
+    "StorageError",
     "VerificationPairs",
     "__version__",
     "imdecode",

@@ -180,3 +180,12 @@ def test_the_flow_is_ten_lines_and_every_folder_is_a_package():
     assert len(flow) <= 10
     folders = {p.parent for p in MODULES}
     assert sorted(str(f) for f in folders if not (f / "__init__.py").exists()) == []  # else the wheel leaves it out
+
+
+def test_the_errors_the_readme_names_are_the_packages():
+    """The README says readers raise ImageError and StorageError: a user catches them as im2rec's."""
+    import im2rec
+    from im2rec import errors
+
+    assert (im2rec.ImageError, im2rec.StorageError) == (errors.ImageError, errors.StorageError)
+    assert {"Im2recError", "ImageError", "StorageError"} <= set(im2rec.__all__)

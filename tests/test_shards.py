@@ -49,6 +49,8 @@ def test_parts_run_one_by_one_then_merged(job, tmp_path):
     same_as_whole(tmp_path / "out.rec", d)
     assert run("merge", tmp_path / "new" / "out.rec", *parts, "-q").exit_code == 0  # a new output folder
     same_as_whole(tmp_path / "new" / "out.rec", d)
+    assert run("merge", tmp_path / "quoted" / "out.rec", str(tmp_path / "out-*-of-00003.rec"), "-q").exit_code == 0  # a glob the shell left alone
+    same_as_whole(tmp_path / "quoted" / "out.rec", d)
 
 
 def test_part_names_and_slices():

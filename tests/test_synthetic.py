@@ -260,3 +260,14 @@ def test_readme_face_section_runs_as_written(tmp_path, monkeypatch):
         if kind == "python":
             exec(compile(text, "README.md", "exec"), {})
     assert (tmp_path / "all" / "property").read_text().strip() == "40,112,112"  # the faces_emore stand-in + your own
+
+
+@pytest.mark.parametrize("given,said", [("0", "must be 1 or more, got 0"), ("x", "not a whole number: 'x'")])
+def test_counts_below_one_are_refused(tmp_path, capsys, given, said):
+    """A new user's `--classes 0` wrote '0 of 0 images' and exited 0."""
+    from im2rec.testing.synthetic import main as synthetic_main
+
+    with pytest.raises(SystemExit) as e:
+        synthetic_main([str(tmp_path / "x"), "--classes", given])
+    assert e.value.code == 2 and capsys.readouterr().err.endswith(f"python -m im2rec.synthetic: error: argument --classes: {said}\n")
+    assert not (tmp_path / "x").exists()

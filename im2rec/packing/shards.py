@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -112,7 +113,7 @@ def merge(out_rec: str, parts: Sequence[str], layout: str | None = None, overwri
 
     Args:
         out_rec: the output ``.rec`` (its ``.idx`` and ``.failed.tsv`` beside it); a URL
-            when the parts are URLs (``?`` and ``*`` in their names are expanded there).
+            when the parts are URLs. ``?``, ``*`` and ``[...]`` in the parts' names are expanded.
         parts: the parts' ``.rec`` files; named ``OUT-0000I-of-0000N.rec`` they are put
             in order and must all be there.
         layout: ``"plain"`` or ``"insightface"``; default: the parts' own (``parts_layout``).
@@ -130,6 +131,8 @@ def merge(out_rec: str, parts: Sequence[str], layout: str | None = None, overwri
         if not (remote and all(storage.is_url(p) for p in parts)):
             raise OptionError("merging in an object store needs the output and every part as URLs of it (or all of them local)")
         parts = storage.expand(list(parts), storage_options)
+    else:  # a glob the shell left alone (quoted): expanded here, as for URLs
+        parts = [found for p in parts for found in (sorted(glob.glob(p)) if any(c in p for c in "*?[") and not os.path.exists(p) else [p])] or list(parts)
     layout = layout or parts_layout(parts, storage_options)
     if layout == "plain":
         return merge_parts_remote(out_rec, parts, overwrite, storage_options) if remote else merge_parts(out_rec, parts, overwrite)

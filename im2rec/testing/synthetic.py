@@ -413,6 +413,16 @@ def make_faces(out_dir: str, spec: FaceSpec = FaceSpec()) -> FacesResult:
     return FacesResult(spec.identities * spec.per_identity, train, tuple(bins), pairs_path)
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         prog="python -m im2rec.synthetic",
@@ -420,14 +430,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("out", help="the folder to fill (created if missing)")
-    ap.add_argument("--classes", type=int, default=None, help="[default: 20]")
-    ap.add_argument("--per-class", type=int, default=None, help="[default: 50]")
+    ap.add_argument("--classes", type=_positive, default=None, help="[default: 20]")
+    ap.add_argument("--per-class", type=_positive, default=None, help="[default: 50]")
     ap.add_argument("--size", choices=sorted(SIZES), default=None, help="[default: imagenet]")
     ap.add_argument("--faces", action="store_true", help="face-recognition inputs instead of a class folder (see above)")
-    ap.add_argument("--identities", type=int, default=None, help="--faces: people in faces/, and other people in faces_emore/train.rec [default: 20]")
-    ap.add_argument("--per-identity", type=int, default=None, help="--faces: pictures of each [default: 10]")
+    ap.add_argument("--identities", type=_positive, default=None, help="--faces: people in faces/, and other people in faces_emore/train.rec [default: 20]")
+    ap.add_argument("--per-identity", type=_positive, default=None, help="--faces: pictures of each [default: 10]")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--workers", type=int, default=None, help="processes [default: every core]; not with --faces, which takes a few seconds in one")
+    ap.add_argument("--workers", type=_positive, default=None, help="processes [default: every core]; not with --faces, which takes a few seconds in one")
     args = ap.parse_args(argv)
     if "://" in args.out:
         ap.error(f"{args.out!r} is a URL: the generator writes a local folder (upload it afterwards, e.g. with `aws s3 sync`)")
