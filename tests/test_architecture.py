@@ -1,6 +1,7 @@
 """The layout rules ARCHITECTURE.md states, checked on the source: public seams only."""
 
 import ast
+import functools
 import pathlib
 import re
 
@@ -13,6 +14,7 @@ MODULES = sorted(PACKAGE.rglob("*.py"))
 PUBLIC_ANYWAY = {"_replace", "_make", "_asdict", "_exit", "_reconstruct"}
 
 
+@functools.cache
 def _tree(path: pathlib.Path) -> ast.AST:
     return ast.parse(path.read_text(encoding="utf-8"), str(path))
 
@@ -102,6 +104,7 @@ def _folder(module: str) -> str:
     return top if (PACKAGE / top).is_dir() else ""
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
     """Every module of im2rec -> the modules of im2rec it imports, anywhere in it (in functions too)."""
     modules = {_module_name(p): p for p in MODULES}

@@ -56,6 +56,7 @@ def test_refusals_come_before_any_work(tmp_path):
     assert str(e.value) == "s3://bucket/out/train.rec: --shard-size writes local shards only (for now): pack them locally, then copy"
 
 
+@pytest.mark.slow
 @pytest.mark.s3
 def test_a_url_output_is_staged_then_uploaded_and_streamed_on_s3(tmp_path, monkeypatch):
     monkeypatch.setenv("IM2REC_STAGING", str(tmp_path / "staging"))

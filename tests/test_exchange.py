@@ -139,6 +139,7 @@ def test_export_is_byte_reproducible_and_tar_headers_fixed(data_dir, tmp_path):
                 assert os.path.getsize(tmp_path / "w1" / name) <= 30_000 or len({m.name.split(".")[0] for m in tar.getmembers()}) == 1, name
 
 
+@pytest.mark.slow
 def test_webdataset_and_wids_read_the_export(data_dir, tmp_path):
     wds = pytest.importorskip("webdataset")
     rec = data_dir / "im2rec_pack_multilabel" / "ml.rec"
@@ -171,6 +172,7 @@ def test_wids_reads_the_export_by_its_shard_list(data_dir, tmp_path):
         assert json.loads(sample[".json"].read())["label"] == [float(x) for x in header.label]
 
 
+@pytest.mark.slow
 def test_parquet_export_reads_as_plain_columns_and_as_a_hugging_face_dataset(tmp_path, data_dir):
     pq = pytest.importorskip("pyarrow.parquet")
     golden = data_dir / "im2rec_pack_pass"
@@ -215,6 +217,7 @@ def _jpeg(seed: int, size=(48, 64)) -> bytes:
     return buf.tobytes()
 
 
+@pytest.mark.slow
 def test_import_what_webdataset_s_writer_wrote_with_class_names(tmp_path):
     """webdataset's own ShardWriter, string class names in json: ids in sorted name order,
     OUT.classes.tsv; a sample without an image and a corrupt JPEG go to OUT.failed.tsv."""
@@ -246,6 +249,7 @@ def test_import_what_webdataset_s_writer_wrote_with_class_names(tmp_path):
         assert image == images[f"s{k:03d}"] and header.label == {"zebra": 2, "ant": 0, "moose": 1}[names[k % 3]] and header.id == k
 
 
+@pytest.mark.slow
 def test_import_what_hugging_face_datasets_wrote(tmp_path):
     """A 🤗 dataset with an Image feature and a ClassLabel, saved with to_parquet: the ClassLabel
     ids are kept and its names written to OUT.classes.tsv; with string labels, sorted ids."""

@@ -102,6 +102,7 @@ def test_latency_is_added_to_every_request_and_counted(fresh, shared):
     assert fresh.stats() == {"requests": 0, "bytes_sent": 0, "faults": 0, "most_waiting": 0}
 
 
+@pytest.mark.slow
 def test_concurrent_requests_wait_in_parallel(fresh, shared):
     fs = shared
     get(fs)

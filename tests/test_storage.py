@@ -173,6 +173,7 @@ def test_memory_and_file_urls(data_dir, tmp_path):
         assert result.exit_code == 0 and result.stdout == f"{base}/all.rec: 14 records, 14 images decoded, 0 problems\n"
 
 
+@pytest.mark.slow
 def test_list_an_s3_prefix_gives_the_lists_of_a_local_copy(s3, data_dir, tmp_path):
     result = run("list", "s3://data/tree", tmp_path / "all")
     assert result.exit_code == 0, result.output
