@@ -222,7 +222,7 @@ def test_faces_command_line(tmp_path, capsys):
         (["--faces", "--classes", "3"], "--classes: not with --faces"),
         (["--faces", "--size", "small", "--workers", "2"], "--size, --workers: not with --faces"),
         (["--identities", "3"], "--identities and --per-identity go with --faces"),
-        (["--faces", "--per-identity", "0"], "must be at least 1"),
+        (["--faces", "--per-identity", "0"], "argument --per-identity: must be 1 or more, got 0"),
     ]:
         with pytest.raises(SystemExit) as exc:
             synthetic_main([str(tmp_path / "bad"), *argv])
