@@ -26,6 +26,7 @@ from .lst import ListEntry, format_label, write_lst
 from .recordio import (
     IRHEADER_SIZE,
     MAGIC,
+    MAGIC_BYTES,
     RecordIndex,
     RecordReader,
     cflag_of,
@@ -72,12 +73,12 @@ def open_rec(rec: str, with_idx: bool = True, storage_options: dict | None = Non
     if not storage.there(rec, storage_options):
         raise Im2recError(storage.missing(rec, storage_options))
     idx = idx_path_of(rec)
-    plain = RecordReader(rec, storage_options=storage_options)
-    try:
-        refuse_non_recordio(plain)
-    finally:
-        plain.close()
     reader = RecordReader(rec, idx if with_idx and storage.there(idx, storage_options) else None, storage_options=storage_options, on_cut="skip")
+    try:
+        refuse_non_recordio(reader)
+    except Im2recError:
+        reader.close()
+        raise
     return reader, reader.index
 
 
@@ -89,13 +90,18 @@ def refuse_non_recordio(reader: RecordReader) -> None:
     Raises:
         Im2recError: no 4-aligned magic word followed by a record's lrec in the whole file.
     """
-    size = reader.size
+    size, source = reader.size, reader.source
+
+    def starts_a_record(pos: int) -> bool:
+        return pos + 8 <= size and source[pos : pos + 4] == MAGIC_BYTES and cflag_of(int.from_bytes(source[pos + 4 : pos + 8], "little")) in (0, 1)
+
+    if starts_a_record(0):  # every good file: nothing more is read
+        return
     step = _SCAN_CHUNK // 4
     for first in range(0, size // 4, step):
         words = reader.words(first, min(step, size // 4 - first))
-        for pos in ((np.flatnonzero(words == MAGIC) + first) * 4).tolist():
-            if pos + 8 <= size and cflag_of(int.from_bytes(reader.source[pos + 4 : pos + 8], "little")) in (0, 1):
-                return
+        if any(starts_a_record(pos) for pos in ((np.flatnonzero(words == MAGIC) + first) * 4).tolist()):
+            return
     if size:
         raise Im2recError(f"{reader.path}: not a RecordIO file: no record starts in its {plural(size, 'byte')} (each starts with the magic 0xced7230a)")
 
