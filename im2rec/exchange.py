@@ -1,7 +1,7 @@
 """``im2rec export`` and ``im2rec import``: RecordIO to and from WebDataset, Parquet, MDS and litdata.
 
 ``export_rec`` streams the records of a ``.rec`` (or its shards) once, in ``.idx`` order,
-into a format's ``Writer`` (``fmt_webdataset``, ``fmt_parquet``, ``fmt_mds``, ``fmt_litdata``):
+into a format's ``Writer`` (``formats.webdataset``, ``formats.parquet``, ``formats.mds``, ``formats.litdata``):
 the payload bytes are copied, never decoded. An insightface set exports its images only
 (its header and identity records are rebuilt by an import), each labelled with its identity;
 its ``property`` goes into ``im2rec.json``. Local outputs grow in ``OUT.partial/`` and are

@@ -445,9 +445,9 @@ class RecordWriter:
             )
         w = self._rec.write
         size = 0
-        for part in _frames(data):
-            w(part)
-            size += len(part)
+        for piece in _frames(data):
+            w(piece)
+            size += len(piece)
         self._pos = pos + size
         return pos
 

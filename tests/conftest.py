@@ -241,6 +241,18 @@ def s3_endpoint():
             server.remove_buckets()
 
 
+def put_folder(endpoint: str, folder, url: str):
+    """Copy a local folder's files to ``url`` (``s3://bucket/prefix``) on the test S3, its bucket made; the filesystem."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, endpoint_url=endpoint)
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    fs.mkdir(bucket)
+    for path in Path(folder).iterdir():
+        fs.put(str(path), f"{bucket}/{prefix}/{path.name}")
+    return fs
+
+
 # --------------------------------------------------------------------------- a Dask cluster
 
 
@@ -280,7 +292,7 @@ def dask_cluster():
 
 
 def make_samples(n, size=300, seed=0, empty_label=None):
-    """``bridges.Sample``s with every field an export sets: one or more labels, id/id2/flag,
+    """``formats.base.Sample``s with every field an export sets: one or more labels, id/id2/flag,
     class names, an identity; ``empty_label``: the position of one without labels."""
     import numpy as np
 

@@ -11,7 +11,7 @@ import conftest
 import cv2
 import numpy as np
 import pytest
-from conftest import s3_endpoint
+from conftest import put_folder, s3_endpoint
 
 from im2rec.errors import Im2recError
 from im2rec.formats import base
@@ -221,14 +221,11 @@ def test_real_size_images_through_the_writer_and_the_reader(litdata, tmp_path, r
 
 @pytest.mark.slow
 def test_reading_from_s3(litdata, tmp_path):
-    s3fs = pytest.importorskip("s3fs")
+    pytest.importorskip("s3fs")
     samples = make_samples(25)
     write(tmp_path, samples, 2000)
     with s3_endpoint() as endpoint:
-        fs = s3fs.S3FileSystem(skip_instance_cache=True, endpoint_url=endpoint)
-        fs.mkdir("fmt-litdata")
-        for path in tmp_path.iterdir():
-            fs.put(str(path), f"fmt-litdata/data/{path.name}")
+        put_folder(endpoint, tmp_path, "s3://fmt-litdata/data")
         reader = Reader("s3://fmt-litdata/data", {"endpoint_url": endpoint})
         assert reader.count() == 25 and reader.meta is not None and reader.meta.format == "litdata"
         for a, b in zip(samples[4:], reader.samples(4), strict=True):

@@ -11,7 +11,7 @@ import conftest
 import cv2
 import numpy as np
 import pytest
-from conftest import s3_endpoint
+from conftest import put_folder, s3_endpoint
 
 from im2rec.errors import Im2recError
 from im2rec.formats import base, mds
@@ -177,14 +177,11 @@ def test_real_size_images_through_the_writer_and_the_reader(tmp_path, real_size_
 
 @pytest.mark.slow
 def test_reading_from_s3(tmp_path):
-    s3fs = pytest.importorskip("s3fs")
+    pytest.importorskip("s3fs")
     samples = make_samples(25)
     write(tmp_path, samples, 2000)
     with s3_endpoint() as endpoint:
-        fs = s3fs.S3FileSystem(skip_instance_cache=True, endpoint_url=endpoint)
-        fs.mkdir("fmt-mds")
-        for path in tmp_path.iterdir():
-            fs.put(str(path), f"fmt-mds/data/{path.name}")
+        put_folder(endpoint, tmp_path, "s3://fmt-mds/data")
         reader = Reader("s3://fmt-mds/data/", {"endpoint_url": endpoint})
         assert reader.count() == 25 and reader.meta is not None and reader.meta.samples == 25
         got = list(reader.samples(3))

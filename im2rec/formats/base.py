@@ -18,7 +18,7 @@ Beside the shards, ``OUT/im2rec.json`` (``DatasetMeta``) says where the data cam
 its layout, its classes and, for insightface sets, the ``property`` line.
 
 Each format is a module with a ``Writer`` and a ``Reader`` (see ``ShardWriter`` and
-``SampleReader``): ``fmt_webdataset``, ``fmt_parquet``, ``fmt_mds``, ``fmt_litdata``.
+``SampleReader``): ``formats.webdataset``, ``formats.parquet``, ``formats.mds``, ``formats.litdata``.
 """
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ def meta_text(label: tuple[float, ...], id_: int | None, id2: int, flag: int | N
 
 @dataclass(slots=True)
 class Batch:
-    """Records as columns, what ``export`` hands a writer's ``write_batch`` (a format without
-    one gets ``samples()`` one by one): the fields of ``Sample``, one list each."""
+    """Records as columns, what ``export`` hands a writer's ``write_batch`` (``ShardWriter``'s
+    default writes ``samples()`` one by one): the fields of ``Sample``, one list each."""
 
     keys: list[str]
     images: list[Any]  # bytes or memoryviews of the input, valid during the call only

@@ -29,7 +29,7 @@ A chunk ``chunk-R-N.bin`` (R the writer's rank, N its chunk number)::
     the zstd frames
 
 ``export`` writes the items ``{"key": str, "image": bytes, "label": float32 array,
-"meta": JSON str}``; ``import`` maps other fields by ``bridges.pick_roles``.
+"meta": JSON str}``; ``import`` maps other fields by ``base.pick_roles``.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ for each sample, the file's exact size. ``index.json`` is
 
 ``export`` writes the columns ``image`` (bytes: the payload as stored), ``key`` (str),
 ``label`` (json: a list of floats) and ``meta`` (json: ``Sample.meta()``). ``import`` reads
-those, or other columns by the rules of ``pick_roles`` (shared with ``fmt_litdata``).
+those, or other columns by the rules of ``pick_roles`` (shared with ``formats.litdata``).
 """
 
 from __future__ import annotations

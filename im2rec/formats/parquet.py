@@ -8,7 +8,7 @@ Columns of ``NAME-000000.parquet``, ``NAME-000001.parquet``...:
 * ``label`` list<float32>: every label;
 * ``cls`` int64: the class when the label is one integer, else -1 (a ``ClassLabel`` with the
   names when ``PREFIX.classes.tsv`` gives them, as ``-1`` means "no label" there);
-* ``meta`` string: JSON of the IRHeader's id and id2 and the like (``bridges.Sample.meta``).
+* ``meta`` string: JSON of the IRHeader's id and id2 and the like (``base.Sample.meta``).
 
 The schema carries 🤗 datasets' ``huggingface`` metadata (the features), so that
 ``datasets.load_dataset("parquet", ...)`` gives PIL images and a ``ClassLabel``, and

@@ -6,7 +6,7 @@ that order: sorted by extension, as webdataset's ``TarWriter`` writes a sample's
 * ``KEY.EXT``: the image bytes as stored, ``EXT`` from the payload's real format (``jpg``, ``png``...);
 * ``KEY.cls``: the class as decimal text, when the label is one integer;
 * ``KEY.json``: ``{"label": [...], "id": ..., "id2": ..., "class": ..., "identity": ...}``
-  (every label, the IRHeader's ids, a class name where one is known; see ``bridges.Sample``).
+  (every label, the IRHeader's ids, a class name where one is known; see ``base.Sample``).
 
 Every member header is a ustar header (512 bytes)::
 

@@ -1,6 +1,6 @@
 """A loopback HTTP/1.1 proxy that adds latency and injects faults, for tests and benchmarks.
 
-A loopback S3 server (SeaweedFS's `weed mini`, see `im2rec.seaweed`, or moto's) answers on
+A loopback S3 server (SeaweedFS's `weed mini`, see `im2rec.testing.seaweed`, or moto's) answers on
 127.0.0.1 in well under a millisecond; a cloud store takes
 10-100 ms to the first byte of every request, and now and then slows down (503 SlowDown),
 fails (500), drops a connection or stops answering. Put a `LatencyProxy` in front of the
