@@ -25,6 +25,24 @@ from .sampler import RecordSampler
 __version__ = "0.1.0"
 
 
+class _Storage:
+    """``recordio.URLS``: the format core reads URLs through ``storage``, imported at the first one
+    (so that ``import im2rec`` loads no sockets, TLS or XML)."""
+
+    def source(self, url: str, storage_options: dict | None, **options: object) -> recordio.RangedSource:
+        from .storage import RemoteSource
+
+        return RemoteSource(url, storage_options, **options)  # type: ignore[arg-type]
+
+    def read(self, url: str, storage_options: dict | None) -> bytes:
+        from .storage import read_bytes
+
+        return read_bytes(url, storage_options)
+
+
+recordio.URLS = _Storage()
+
+
 def __getattr__(name: str):
     # RecordDataset imports OpenCV: load it on first use, so that `import im2rec`
     # and the format core stay free of cv2.

@@ -54,7 +54,7 @@ def _shard_paths(path_or_paths: PathLike | Sequence[PathLike]) -> list[str]:
     if isinstance(path_or_paths, (str, os.PathLike)):
         path = os.fspath(path_or_paths)
         if path.endswith(".json"):  # a shard manifest written by pack --shard-size
-            from .recordio import read_manifest
+            from .outputs import read_manifest
 
             return read_manifest(path)
         return [path]

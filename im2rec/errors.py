@@ -22,6 +22,7 @@ __all__ = [
     "ListFormatError",
     "ListingError",
     "NDArrayFileError",
+    "ObjectMissing",
     "OptionError",
     "OutputExistsError",
     "PackError",
@@ -108,13 +109,22 @@ class ImageError(Im2recError):
 
 
 class StorageError(Im2recError):
-    """A URL that cannot be read: a missing object or bucket, denied access, a missing driver.
+    """A URL that cannot be read or written: a missing object or bucket, denied access, a
+    store that did not answer, a missing driver.
 
-    A failed ranged read sets ``url`` and ``span``, the ``(start, end)`` bytes it asked for.
+    ``url`` is the URL at fault; a failed ranged read sets ``span``, the ``(start, end)`` bytes
+    it asked for; ``transient`` says the store failed in a way that may mend (no answer, 5xx,
+    throttling), after ``attempts`` tries.
     """
 
     url: str | None = None
     span: tuple[int, int] | None = None
+    transient: bool = False
+    attempts: int = 1
+
+
+class ObjectMissing(StorageError):
+    """The object, or its bucket, is not there."""
 
 
 class PackError(Im2recError):

@@ -107,7 +107,7 @@ def _inputs(src: str, storage_options: dict | None) -> list[str]:
     """The ``.rec`` files of ``src``: itself, the shards its manifest (``.json``) lists, or those
     a glob matches (``train-*.rec``), in name order."""
     if src.endswith(".json"):
-        from .recordio import read_manifest
+        from .outputs import read_manifest
 
         return read_manifest(src, storage_options)
     if any(c in src.split("://", 1)[-1] for c in "*?["):

@@ -1,4 +1,4 @@
-"""Output files that appear whole or not at all."""
+"""Output files that appear whole or not at all; whether a path is a URL."""
 
 from __future__ import annotations
 
@@ -13,6 +13,12 @@ from typing import IO, Any, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 _URL_LIKE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]+:/")  # s3://b/k, and s3:/b/k once a path library has eaten a slash
+_URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+
+
+def is_url(path: Any) -> bool:
+    """Whether ``path`` is a URL (``scheme://...``) rather than a local path; ``file://`` counts as a URL."""
+    return isinstance(path, str) and bool(_URL.match(path))
 
 
 def temp_path(path: PathLike) -> Path:

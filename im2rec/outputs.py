@@ -12,6 +12,7 @@
 * **The failure list** ``OUT.failed.tsv`` (``FailureList``) and **resume**: the
   command's fingerprint in ``OUT.resume.json``; on ``--resume`` the complete records
   of the ``.partial`` files are kept, a torn one cut off, the ``.idx`` rebuilt.
+* **The shard manifest** ``OUT.shards.json`` of a ``--shard-size`` pack, read by ``read_manifest``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
 from . import storage
-from .errors import IndexFormatError, OutputExistsError, PackError
+from .errors import Im2recError, IndexFormatError, OutputExistsError, PackError
 from .fsutil import WriteBehind, commit, make_parents, remove_quietly
 from .recordio import IRHEADER_SIZE, RecordReader, RecordWriter, format_index, parse_index, sibling, unpack
 
@@ -37,6 +38,7 @@ __all__ = [
     "RecordSink",
     "make_output_folder",
     "partial",
+    "read_manifest",
     "refuse_existing",
 ]
 
@@ -405,3 +407,30 @@ def _changed(saved: dict, now: dict) -> list[str]:
 def _key_of(word: str) -> int | str:
     """An ``.idx`` key as a resumed run reads it back: a number where it is one (pack's keys), else the text."""
     return int(word) if word.isdigit() else word
+
+
+# --------------------------------------------------------------------------- the shard manifest (OUT.shards.json)
+
+
+def read_manifest(path: str, storage_options: dict | None = None) -> list[str]:
+    """The ``.rec`` shards listed in a manifest (a path or a URL), as paths (or URLs).
+
+    Raises:
+        Im2recError: the manifest cannot be read or names no shard.
+    """
+    try:
+        manifest = json.loads(storage.read_any(path, storage_options))
+        if storage.is_url(path):
+            folder = path.rsplit("/", 1)[0]
+            recs = [storage.join(folder, s["rec"]) for s in manifest["shards"]]
+        else:
+            folder = os.path.dirname(os.path.abspath(path))
+            recs = [os.path.join(folder, s["rec"]) for s in manifest["shards"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise Im2recError(f"{path}: not a shard manifest ({e})") from None
+    if not recs:
+        raise Im2recError(f"{path}: the manifest lists no shard")
+    for rec in recs if not storage.is_url(path) else ():  # (a store's shards: a request each; their reader says it)
+        if not os.path.isfile(rec):
+            raise Im2recError(f"{storage.missing(rec)}: {path} names it as a shard (a damaged or stale manifest?)")
+    return recs

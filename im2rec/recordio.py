@@ -48,7 +48,7 @@ import os
 import struct
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import IO, TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, Union
+from typing import IO, Any, NamedTuple, Protocol, TypeVar, Union
 
 import numpy as np
 
@@ -63,11 +63,7 @@ from .errors import (
     RecordTooLargeError,
     TruncatedRecordError,
 )
-from .fsutil import atomic_open
-from .storage import is_url
-
-if TYPE_CHECKING:
-    from .storage import RemoteSource
+from .fsutil import atomic_open, is_url
 
 __all__ = [
     "FRAME_HEAD_SIZE",
@@ -96,7 +92,6 @@ __all__ = [
     "parse_index",
     "read_headers",
     "read_index",
-    "read_manifest",
     "sibling",
     "unpack",
     "unpack_img",
@@ -764,7 +759,7 @@ def read_index(path: PathLike, key_type: Callable[[str], Any] = int, storage_opt
     """Read a ``.idx`` file.
 
     Args:
-        path: the ``.idx`` path, or a URL (read through ``storage``, with ``storage_options``).
+        path: the ``.idx`` path, or a URL (read through ``URLS``, with ``storage_options``).
         key_type: how keys are parsed (``int`` as in MXNet, or e.g. ``str``).
 
     Returns:
@@ -776,9 +771,7 @@ def read_index(path: PathLike, key_type: Callable[[str], Any] = int, storage_opt
     """
     path = os.fspath(path)
     if is_url(path):
-        from .storage import read_bytes
-
-        data = read_bytes(path, storage_options)
+        data = _urls(path).read(path, storage_options)
     else:
         with open(path, "rb") as f:
             data = f.read()
@@ -877,9 +870,9 @@ def idx_path_of(rec: PathLike) -> str:
 class ByteSource(Protocol):
     """What ``RecordReader`` reads a ``.rec`` through: the interface of a read-only memory map.
 
-    Locally it is the ``mmap`` itself (sliced and unpacked from without a copy). For a
-    URL, ``storage.RemoteSource`` implements it with ranged reads, so that this module
-    never imports fsspec.
+    Locally it is the ``mmap`` itself (sliced and unpacked from without a copy). For a URL, a
+    ``RangedSource`` implements it with ranged reads (``storage.RemoteSource``), which this
+    module gets through ``URLS`` and never imports.
     """
 
     def __len__(self) -> int: ...
@@ -887,6 +880,42 @@ class ByteSource(Protocol):
     def __getitem__(self, s: slice, /) -> bytes: ...
 
     def find(self, sub: bytes, start: int = ..., /) -> int: ...
+
+
+class RangedSource(ByteSource, Protocol):
+    """A ``ByteSource`` whose reads are requests: told the next read's extent (``hint``), asked to
+    fetch many ranges at once (``prefetch``), closed when the reader is."""
+
+    size: int
+
+    def hint(self, start: int, end: int) -> None: ...
+
+    def prefetch(self, ranges: Iterable[tuple[int, int]]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class UrlAccess(Protocol):
+    """How the format core reads a URL without importing what does it: the package sets
+    ``URLS`` (``im2rec/__init__.py``, on ``storage``, loaded at the first URL)."""
+
+    def source(self, url: str, storage_options: dict | None, **options: Any) -> RangedSource:
+        """The ``.rec`` at ``url`` as a byte source (``options``: ``RecordReader``'s ``source_options``)."""
+        ...
+
+    def read(self, url: str, storage_options: dict | None) -> bytes:
+        """The whole (small) object at ``url``: a ``.idx``."""
+        ...
+
+
+#: What reads URLs for this module (see ``UrlAccess``); None only if the package did not set it.
+URLS: UrlAccess | None = None
+
+
+def _urls(url: str) -> UrlAccess:
+    if URLS is None:
+        raise Im2recError(f"{url}: reading a URL needs im2rec's storage, which `import im2rec` sets up")
+    return URLS
 
 
 class Cut(NamedTuple):
@@ -1008,15 +1037,13 @@ class RecordReader:
 
     def _map(self) -> None:
         # The byte source: a read-only memory map locally (``_buffer``, which numpy and struct
-        # read in place); for a URL, storage.RemoteSource (``_remote``), which slices and
+        # read in place); for a URL, a RangedSource (``_remote``), which slices and
         # finds the same way with ranged reads.
-        self._remote: RemoteSource | None = None
+        self._remote: RangedSource | None = None
         self._buffer: mmap.mmap | bytes | None = None
         self._source: ByteSource
         if is_url(self.path):
-            from .storage import RemoteSource
-
-            self._source = self._remote = RemoteSource(self.path, self.storage_options, **(self.source_options or {}))
+            self._source = self._remote = _urls(self.path).source(self.path, self.storage_options, **(self.source_options or {}))
             self.size = self._remote.size
             return
         with open(self.path, "rb") as f:
@@ -1664,34 +1691,3 @@ class MXIndexedRecordIO(MXRecordIO):
         pos = writer.write_idx(key, buf)
         self._idx[key] = pos  # type: ignore[index]
         self._keys.append(key)  # type: ignore[union-attr]
-
-
-# --------------------------------------------------------------------------- the shard manifest (OUT.shards.json)
-
-
-def read_manifest(path: str, storage_options: dict | None = None) -> list[str]:
-    """The ``.rec`` shards listed in a manifest (a path or a URL), as paths (or URLs).
-
-    Raises:
-        Im2recError: the manifest cannot be read or names no shard.
-    """
-    import json  # here: importing im2rec leaves json unimported (tests/test_pool.py's clean process relies on it)
-
-    from . import storage
-
-    try:
-        manifest = json.loads(storage.read_any(path, storage_options))
-        if storage.is_url(path):
-            folder = path.rsplit("/", 1)[0]
-            recs = [storage.join(folder, s["rec"]) for s in manifest["shards"]]
-        else:
-            folder = os.path.dirname(os.path.abspath(path))
-            recs = [os.path.join(folder, s["rec"]) for s in manifest["shards"]]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise Im2recError(f"{path}: not a shard manifest ({e})") from None
-    if not recs:
-        raise Im2recError(f"{path}: the manifest lists no shard")
-    for rec in recs if not storage.is_url(path) else ():  # (a store's shards: a request each; their reader says it)
-        if not os.path.isfile(rec):
-            raise Im2recError(f"{storage.missing(rec)}: {path} names it as a shard (a damaged or stale manifest?)")
-    return recs

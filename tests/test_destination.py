@@ -4,7 +4,7 @@ import os
 from collections import Counter
 
 import pytest
-from conftest import s3_endpoint
+from conftest import s3_endpoint, seaweed
 
 from im2rec import storage
 from im2rec.errors import OutputExistsError, PackError
@@ -61,7 +61,7 @@ def test_refusals_come_before_any_work(tmp_path):
 def test_a_url_output_is_staged_then_uploaded_and_streamed_on_s3(tmp_path, monkeypatch):
     monkeypatch.setenv("IM2REC_STAGING", str(tmp_path / "staging"))
     with s3_endpoint():
-        storage.filesystem("s3://plans")[0].mkdir("plans")
+        seaweed().make_bucket("plans")
         p = plan("s3://plans/out/train.rec", PackOptions())
         staging = storage.staging_dir("s3://plans/out/train.rec")
         assert p.loop == p.staged == Outputs.for_rec(os.path.join(staging, "train.rec"))

@@ -97,9 +97,9 @@ def test_latency_is_added_to_every_request_and_counted(fresh, shared):
     assert log == ["GET /proxied/small"] * 10
     assert fresh.requests == 10 and fresh.faults == 0
     assert fresh.bytes_sent >= 10 * len(b"hello")
-    assert fresh.stats() == {"requests": 10, "bytes_sent": fresh.bytes_sent, "faults": 0, "most_waiting": 1}  # one after another
+    assert fresh.stats() == {"requests": 10, "bytes_sent": fresh.bytes_sent, "faults": 0, "most_waiting": 1, "tunnels": 0}  # one after another
     fresh.reset_counters()
-    assert fresh.stats() == {"requests": 0, "bytes_sent": 0, "faults": 0, "most_waiting": 0}
+    assert fresh.stats() == {"requests": 0, "bytes_sent": 0, "faults": 0, "most_waiting": 0, "tunnels": 0}
 
 
 @pytest.mark.slow

@@ -72,7 +72,7 @@ def test_a_batch_is_one_round_of_concurrent_requests(store):
     assert remote.__getitems__(batch) == local.__getitems__(batch) == [local[i] for i in batch]
     # records 3, 4, 5 are neighbours in the file: one request; 11 and 17 one each
     assert proxy.stats()["requests"] == 3
-    assert remote.read_stats()["requests"] == 1 + 3  # and record 0 at open (is it an insightface header?)
+    assert remote.read_stats()["requests"] == 1 + 1 + 3  # and at open the HEAD and record 0 (is it an insightface header?)
     # exactly the records' bytes (each up to the next record), and record 0's
     reader = local.readers[0]
     extent = {o: int(reader.record_ends(np.asarray([o]))[0]) - o for o in reader.require_index().offsets.tolist()}
@@ -251,8 +251,8 @@ def test_a_record_that_stays_unreadable_names_the_url_and_key(store, monkeypatch
         ds.__getitems__([6])
     _, offset, key = ds.locate(6)
     assert str(e.value).startswith(f"s3://train/data.rec: record {key} (byte {offset}) cannot be read: s3://train/data.rec: ")
-    assert str(e.value).endswith("after 2 retries)")
-    assert ds.read_stats()["requests"] == 1 + 3 and ds.read_stats()["retried"] == 2
+    assert str(e.value).endswith("after 3 attempts)")
+    assert ds.read_stats()["requests"] == 2 + 3 and ds.read_stats()["retried"] == 2  # the HEAD and record 0 at open, then 3 attempts
     proxy.clear_faults()
 
 

@@ -310,8 +310,7 @@ class Reader(SampleReader):
 
     def _open(self, path: str) -> Any:
         if storage.is_url(path):
-            fs, p = storage.filesystem(path, self.storage_options)
-            return fs.open(p, "rb", block_size=8 << 20)
+            return storage.store_for(path, self.storage_options).open(path)
         return path
 
     def _parquet(self, path: str) -> Any:

@@ -442,11 +442,10 @@ class Reader(SampleReader):
 
     def _open(self, shard: str) -> IO[bytes]:
         if storage.is_url(shard):
-            fs, path = storage.filesystem(shard, self.storage_options)
             try:
-                return fs.open(path, "rb", block_size=8 << 20)
-            except Exception as e:
-                raise Im2recError(storage.missing(shard, self.storage_options) if isinstance(e, FileNotFoundError) else f"{shard}: {e}") from None
+                return storage.store_for(shard, self.storage_options).open(shard)
+            except storage.ObjectMissing:
+                raise Im2recError(storage.missing(shard, self.storage_options)) from None
         return open(shard, "rb", buffering=1 << 20)
 
     def _grouped(self) -> Iterator[tuple[str, str, dict[str, memoryview]] | tuple[str, Damage]]:

@@ -119,7 +119,7 @@ def _remote(out_url: str, opts: PackOptions) -> Plan:
         earlier: Earlier = "finished"  # uploaded by an earlier run
     else:
         earlier = "nothing" if local.earlier == "nothing" else "records"
-    stream_to = final.rec if opts.layout == "plain" and storage.Streamer.supported(out_url) else None
+    stream_to = final.rec if opts.layout == "plain" and storage.Streamer.supported(out_url, opts.storage_options) else None
     remote = Plan(loop, final, earlier, lay_out_to=local.lay_out_to, staged=staged, stream_to=stream_to)
     if earlier != "finished":
         if there and not opts.overwrite and not opts.resume:

@@ -26,8 +26,8 @@ import numpy as np
 from .. import __version__, faces, storage
 from ..errors import Im2recError, OptionError
 from ..fsutil import commit, make_parents, remove_quietly, start_writeback
-from ..outputs import FAILED_HEADER, partial, refuse_existing
-from ..recordio import RecordWriter, format_index, idx_path_of, read_index, read_manifest, sibling
+from ..outputs import FAILED_HEADER, partial, read_manifest, refuse_existing
+from ..recordio import RecordWriter, format_index, idx_path_of, read_index, sibling
 
 __all__ = [
     "MergeResult",
@@ -190,10 +190,6 @@ def _joined_index(ordered: Sequence[str], exists: Any, size_of: Any, storage_opt
     return keys, offsets, base, all_keys
 
 
-#: S3's smallest multipart part: parts at least this large are joined by the store itself.
-MIN_COPY_PART = 5 << 20
-
-
 def merge_parts_remote(out_rec: str, parts: Sequence[str], overwrite: bool = False, storage_options: dict | None = None) -> MergeResult:
     """``merge_parts`` for parts and an output in an object store.
 
@@ -211,26 +207,18 @@ def merge_parts_remote(out_rec: str, parts: Sequence[str], overwrite: bool = Fal
     if not ordered:
         raise Im2recError("merge needs at least one part")
     out_idx, out_failed = idx_path_of(out_rec), sibling(out_rec, "failed")
-    fs, _ = storage.filesystem(out_rec, storage_options)
-    storage.check_bucket(out_rec, storage_options)  # a store may make a bucket a write names: refuse first
-    refuse_existing((out_rec, out_idx), overwrite, lambda path: storage.exists(path, storage_options))
+    store = storage.store_for(out_rec, storage_options)
+    store.check_bucket(out_rec)  # a store may make a bucket a write names: refuse first
+    refuse_existing((out_rec, out_idx), overwrite, store.exists)
     if out_rec in ordered:
         raise Im2recError(f"{out_rec} is one of the parts")
 
     def size_of(url: str) -> int:
-        return int(fs.size(storage.object_path(url)))
+        return store.head(url).size
 
-    keys, offsets, base, all_keys = _joined_index(ordered, lambda u: storage.exists(u, storage_options), size_of, storage_options)
+    keys, offsets, base, all_keys = _joined_index(ordered, store.exists, size_of, storage_options)
     result = MergeResult(out_rec, ordered)
-    sizes = [size_of(p) for p in ordered]
-    if hasattr(fs, "merge") and all(s >= MIN_COPY_PART for s in sizes[:-1]) and len(ordered) > 1:
-        try:
-            fs.merge(storage.object_path(out_rec), [storage.object_path(p) for p in ordered])
-        except Exception as e:
-            raise storage.StorageError(f"{out_rec}: joining the parts in the store failed: {e}") from None
-        result.server_side = True
-    else:
-        storage.upload_stream(_Concatenated([lambda p=p: fs.open(storage.object_path(p), "rb") for p in ordered]), out_rec, storage_options)
+    result.server_side = storage.concatenate(out_rec, ordered, [size_of(p) for p in ordered], store.open, storage_options)
     failed = io.StringIO()
     for part in ordered:
         path = sibling(part, "failed")
@@ -246,26 +234,6 @@ def merge_parts_remote(out_rec: str, parts: Sequence[str], overwrite: bool = Fal
     storage.write_bytes(out_idx, text.encode("ascii"), storage_options)  # last: readers look for it
     result.records, result.bytes = int(all_keys.size), base
     return result
-
-
-class _Concatenated:
-    """A readable stream of several opened-on-demand streams, one after the other."""
-
-    def __init__(self, openers: Sequence[Any]):
-        self._openers = list(openers)
-        self._current: Any = None
-
-    def read(self, n: int = -1) -> bytes:
-        while True:
-            if self._current is None:
-                if not self._openers:
-                    return b""
-                self._current = self._openers.pop(0)()
-            data = self._current.read(n)
-            if data:
-                return data
-            self._current.close()
-            self._current = None
 
 
 def merge_parts(out_rec: str, parts: Sequence[str], overwrite: bool = False) -> MergeResult:

@@ -11,9 +11,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from ..errors import StorageError
-from . import s3client
-from .retries import RETRIES, permanent, single_attempt, single_attempt_options, with_retries
-from .urls import filesystem, object_path, storage_error
+from .retries import Tally
+from .store import Store, store_for
 
 __all__ = ["FETCH_AHEAD", "OUTAGE", "FetchStats", "StoreUnreachable", "fetch_in_order"]
 
@@ -21,10 +20,14 @@ T = TypeVar("T")
 
 
 class FetchStats:
-    """What ``fetch_in_order`` did: requests retried after a transient failure."""
+    """What ``fetch_in_order`` did: its requests, in ``tally``; ``retried``, those after a transient failure."""
 
     def __init__(self) -> None:
-        self.retried = 0
+        self.tally = Tally()
+
+    @property
+    def retried(self) -> int:
+        return self.tally.retried
 
 
 #: Objects in a row that ``fetch_in_order`` could not fetch, after their retries, for a reason
@@ -61,7 +64,7 @@ def fetch_in_order(
     that large photos do not pile up by the dozen.
 
     An object that cannot be fetched gives a StorageError in place of its bytes: at once
-    when it is missing or access is denied, after ``RETRIES`` retries with backoff for
+    when it is missing or access is denied, after the store's retries (``retries.Policy``) for
     anything else (timeouts, 5xx, throttling, dropped connections). When ``OUTAGE`` objects in a
     row fail that way, the store itself is down: the objects before them are yielded, then
     ``StoreUnreachable`` is raised (pack keeps what it packed, for ``--resume``).
@@ -120,54 +123,35 @@ class _Window:
 
 
 class _Fetcher:
-    """The requests of one ``fetch_in_order``: batches of objects fetched at once, retried and
-    counted, and the watch for an outage (``OUTAGE`` objects in a row unanswered)."""
+    """The requests of one ``fetch_in_order``: batches of objects fetched at once by the store
+    (each retried there, and counted in ``stats``), and the watch for an outage (``OUTAGE``
+    objects in a row unanswered)."""
 
     def __init__(self, storage_options: Mapping[str, Any] | None, stats: FetchStats):
         self.storage_options, self.stats = storage_options, stats
-        self.fs: Any = None  # fsspec's filesystem, made on first use, when the S3 client declines
+        self.store: Store | None = None  # made on first use, for the first URL's store
         self.in_a_row: list[str] = []  # the objects that went unanswered, after their retries, since the last one fetched
 
-    def fetch(self, urls: list[str]) -> tuple[list[bytes | StorageError], list[bool]]:
-        """Each object's bytes or error, and whether it went unanswered (a failure not its own)."""
-        client = s3client.client_for(urls[0], self.storage_options)
-        attempt: Callable[[list[Any]], list[Any]]
-        if client is not None:
-            paths: list[Any] = [s3client.split(u) for u in urls]
+    def fetch(self, urls: list[str]) -> list[bytes | StorageError]:
+        """Each object's bytes or its error (``transient`` when it went unanswered, not missing or refused)."""
+        if self.store is None:
+            self.store = store_for(urls[0], self.storage_options, tally=self.stats.tally)
+        unique = list(dict.fromkeys(urls))
+        got = dict(zip(unique, self.store.get_many(unique)))
+        return [got[u] for u in urls]
 
-            def attempt(todo: list[tuple[str, str]]) -> list[Any]:
-                return client.map(lambda where: client.get(*where), todo)
-        else:
-            if self.fs is None:
-                self.fs = single_attempt(filesystem(urls[0], single_attempt_options(urls[0], self.storage_options), fresh=True)[0])
-            fs = self.fs
-            paths = [object_path(u) for u in urls]
-
-            def attempt(todo: list[str]) -> list[Any]:
-                got = fs.cat(todo, on_error="return") if len(todo) > 1 else {todo[0]: fs.cat_file(todo[0])}
-                return [got.get(p) for p in todo]
-
-        results = with_retries(list(dict.fromkeys(paths)), attempt, RETRIES, self.retried)
-        return [
-            storage_error(url, results[p]) if isinstance(results[p], BaseException) else results[p]
-            for url, p in zip(urls, paths)
-        ], [isinstance(results[p], BaseException) and not permanent(results[p]) for p in paths]
-
-    def retried(self, n: int) -> None:
-        self.stats.retried += n
-
-    def outage(self, urls: list[str], data: list[Any], unanswered: list[bool]) -> tuple[int, StorageError] | None:
+    def outage(self, urls: list[str], data: list[Any]) -> tuple[int, StorageError] | None:
         """``(where in this batch the run began, the error)`` when ``OUTAGE`` objects in a row went
         unanswered (the store itself stopped answering: stop, rather than fail every image), else None."""
-        for i, (url, failed) in enumerate(zip(urls, unanswered)):
-            if not failed:
+        for i, (url, got) in enumerate(zip(urls, data)):
+            if not (isinstance(got, StorageError) and got.transient):
                 self.in_a_row.clear()
                 continue
             self.in_a_row.append(url)
             if len(self.in_a_row) >= OUTAGE:
                 first, more = self.in_a_row[0], len(self.in_a_row) - 1
-                said = str(data[i]).removeprefix(url + ": ")
-                error = StoreUnreachable(f"{first}: {said}; so were the next {more} objects, after {RETRIES} retries each: the store stopped answering")
+                said = str(got).removeprefix(url + ": ")
+                error = StoreUnreachable(f"{first}: {said}; so were the next {more} objects: the store stopped answering")
                 return max(0, i - more), error
         return None
 
@@ -183,8 +167,8 @@ def _feed(items: Iterator[T], url_of: Callable[[T], str], batch: int, ahead: int
             if not chunk:
                 break
             urls = [url_of(x) for x in chunk]
-            data, unanswered = fetcher.fetch(urls)
-            stopped = fetcher.outage(urls, data, unanswered)
+            data = fetcher.fetch(urls)
+            stopped = fetcher.outage(urls, data)
             if stopped is not None:  # what came before the run goes on to the encoders, then the error
                 out.put(list(zip(chunk, data))[: stopped[0]])
                 out.put(stopped[1])

@@ -14,9 +14,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import StorageError
-from . import s3client
-from .retries import RETRIES, permanent, single_attempt, single_attempt_options, with_retries
-from .urls import filesystem, storage_error
+from .retries import RETRIES, Tally
+from .store import Store, store_for
 
 __all__ = ["HOLD", "READAHEAD", "RemoteSource", "hold_at_least"]
 
@@ -99,14 +98,15 @@ class RemoteSource:
     read starts, for sequential scans. ``prefetch(ranges)`` fetches many ranges at once,
     concurrently (one request each), for a batch of records.
 
-    Transient failures (timeouts, 5xx, throttling, dropped connections) are retried
-    ``retries`` times with backoff (counted in ``retried``); a missing object or a denied
-    access fails at once. With ``cache`` (a ``cache.BlockCache``), ranges are looked up
-    on local disk first and stored there once fetched.
+    Transient failures (timeouts, 5xx, throttling, dropped connections) are retried by the
+    store, ``retries`` times with backoff; ``requests``, ``retried`` and ``fetched`` count what
+    was sent and received. A missing object or a denied access fails at once. With ``cache``
+    (a ``cache.BlockCache``), ranges are looked up on local disk first and stored there once
+    fetched.
 
-    The filesystem object is made in the process that reads, and again after a
-    fork; pickling sends only the URL, the options and the cache's folder, so DataLoader
-    workers under fork and spawn each open their own connection.
+    The store's connections are made in the process that reads, and again after a fork;
+    pickling sends only the URL, the options and the cache's folder, so DataLoader workers
+    under fork and spawn each open their own.
 
     Raises:
         StorageError: the object is missing, or access is denied (at open).
@@ -125,36 +125,38 @@ class RemoteSource:
         self.url = url
         self.storage_options = dict(storage_options or {})
         self.cache, self.retries = cache, retries
+        self.tally = Tally()
+        self._store: Store | None = None
         self._pid = -1
-        self._fs: Any = None
-        self._path = ""
-        self.requests = 0  # ranged reads sent to the store (retries included)
-        self.retried = 0  # of which retries after a transient failure
-        self.fetched = 0  # bytes received
         self._held: dict[int, bytes] = {}  # start -> bytes (their order of use: _HELD)
         self._starts: list[int] = []  # sorted starts of _held
         self._hint: tuple[int, int] | None = None
         if size is None:
-            client = s3client.client_for(url, self.storage_options)
-            try:
-                if client is not None:
-                    info = client.head(*s3client.split(url))
-                else:
-                    fs, path = self._filesystem()
-                    info = fs.info(path)
-            except Exception as e:
-                raise storage_error(url, e) from None
-            size = int(info["size"])
-            etag = info.get("ETag") or info.get("etag") or info.get("md5Hash")
+            info = self._the_store().head(url)
+            size, etag = info.size, info.etag
         self.size, self.etag = size, etag
         self._key: str | None = None
 
-    def _filesystem(self) -> tuple[Any, str]:
-        if self._pid != os.getpid():  # new process (fork, spawn or first use): a connection of our own
-            fs, self._path = filesystem(self.url, single_attempt_options(self.url, self.storage_options), fresh=self._pid != -1)
-            self._fs = single_attempt(fs)
-            self._pid = os.getpid()
-        return self._fs, self._path
+    def _the_store(self) -> Store:
+        if self._pid != os.getpid():  # new process (fork, spawn or first use)
+            self._store, self._pid = store_for(self.url, self.storage_options, tally=self.tally, retries=self.retries), os.getpid()
+        assert self._store is not None
+        return self._store
+
+    @property
+    def requests(self) -> int:
+        """Requests sent to the store (retries included)."""
+        return self.tally.requests
+
+    @property
+    def retried(self) -> int:
+        """Requests sent again after a transient failure."""
+        return self.tally.retried
+
+    @property
+    def fetched(self) -> int:
+        """Bytes received."""
+        return self.tally.fetched
 
     def __getstate__(self) -> dict:
         return {k: getattr(self, k) for k in ("url", "storage_options", "size", "etag", "cache", "retries")}
@@ -248,41 +250,15 @@ class RemoteSource:
             self._keep(a, data, pinned)
 
     def _fetch_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
-        client = s3client.client_for(self.url, self.storage_options)
-        if client is not None:
-            bucket, key = s3client.split(self.url)
-
-            def get(todo: list[tuple[int, int]]) -> list[Any]:
-                return client.map(lambda r: client.get(bucket, key, r[0], r[1]), todo)
-        else:
-            fs, path = self._filesystem()
-
-            def get(todo: list[tuple[int, int]]) -> list[Any]:
-                if len(todo) == 1:
-                    return [fs.cat_file(path, start=todo[0][0], end=todo[0][1])]
-                return fs.cat_ranges([path] * len(todo), [a for a, _ in todo], [b for _, b in todo], on_error="return")
-
-        def attempt(todo: list[tuple[int, int]]) -> list[Any]:
-            self.requests += len(todo)
-            got = get(todo)
-            return [
-                StorageError(f"{self.url}: asked for bytes {a}-{b}, the store sent {len(data)}") if isinstance(data, bytes) and len(data) != b - a else data
-                for (a, b), data in zip(todo, got)
-            ]
-
-        def count(n: int) -> None:
-            self.retried += n
-
-        results = with_retries(list(ranges), attempt, self.retries, count)
-        for r in ranges:
-            failure = results[r]
-            if isinstance(failure, BaseException):
-                tries = f" after {self.retries} retries" if not permanent(failure) and self.retries else ""
-                error = StorageError(f"{storage_error(self.url, failure)} (reading bytes {r[0]}-{r[1]}{tries})")
-                error.url, error.span = self.url, r
-                raise error from None
-        self.fetched += sum(b - a for a, b in ranges)
-        return [results[r] for r in ranges]
+        got = self._the_store().get_ranges(self.url, ranges)
+        for (a, b), data in zip(ranges, got):
+            if isinstance(data, StorageError):
+                raise data
+            if len(data) != b - a:
+                error = StorageError(f"{self.url}: asked for bytes {a}-{b}, the store sent {len(data)}")
+                error.url, error.span = self.url, (a, b)
+                raise error
+        return got  # type: ignore[return-value]
 
     def __getitem__(self, s: slice) -> bytes:
         start, stop, _ = s.indices(self.size)

@@ -1,81 +1,146 @@
-"""How a transient failure is retried: ``RETRIES`` times after ``RETRY_DELAY`` seconds, doubled each time;
-what is ``permanent`` (a missing object, a refusal); botocore's own retries off so that every retry is ours
-(``single_attempt_options``), with ``TIMEOUT`` to connect and between bytes.
+"""How a store's transient failure is retried, inside the store seam (``store``): what is
+``transient`` (5xx, throttling, a request timeout, a reset, a stall, a body cut short), the
+``Policy`` (``RETRIES`` more attempts, exponential backoff with full jitter from
+``RETRY_DELAY``, ``Retry-After`` honoured, no new attempt ``RETRY_WITHIN`` seconds after the
+first), and the ``Tally`` of requests and retries a caller reads.
 """
 
 from __future__ import annotations
 
+import datetime
+import email.utils
+import random
+import ssl
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import s3client
+from .http import ProtocolError, TunnelRefused
 
-__all__ = ["RETRIES", "RETRY_DELAY", "TIMEOUT", "permanent", "single_attempt", "single_attempt_options", "with_retries"]
+__all__ = ["RETRIES", "RETRY_AFTER_MOST", "RETRY_DELAY", "RETRY_WITHIN", "TIMEOUT", "Policy", "Tally", "retry_after", "transient"]
 
 #: How often a transient failure (a timeout, a 5xx, throttling, a dropped connection) is retried.
 RETRIES = 4
 
+RETRY_DELAY = 0.2  # seconds: the first backoff's ceiling, doubled for each retry (full jitter below it)
 
-RETRY_DELAY = 0.2  # seconds before the first retry; doubled each time
+#: Seconds after a request's first attempt past which no retry starts: a request ends within
+#: about this plus one timeout, however the store fails.
+RETRY_WITHIN = 60.0
 
+#: The longest ``Retry-After`` waited for (a store asking for more is given up on, the next
+#: attempt's wait bounded by ``RETRY_WITHIN`` anyway).
+RETRY_AFTER_MOST = 20.0
 
-def permanent(e: BaseException) -> bool:
-    """A failure that trying again will not mend: a missing object, a refusal, a request the store rejects."""
-    if isinstance(e, s3client.S3Error) and 400 <= e.status < 500 and e.status not in (408, 429):
-        return True
-    return isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError))
-
-
-K = TypeVar("K")
-
-
-def with_retries(todo: list[K], attempt: Callable[[list[K]], list[Any]], retries: int, retried: Callable[[int], None]) -> dict[K, Any]:
-    """``{item: what attempt gave}`` (bytes, or the exception) for each of ``todo``.
-
-    ``attempt(items)`` fetches several at once and gives a result or an exception for each
-    (or raises, for all). What failed, but for a missing object or denied access, is tried
-    again, up to ``retries`` times, after ``RETRY_DELAY`` seconds, doubled each time;
-    ``retried(n)`` counts the n items of each new try.
-    """
-    results: dict[K, Any] = {}
-    delay = RETRY_DELAY
-    for round_ in range(retries + 1):
-        try:
-            got = attempt(todo)
-        except Exception as e:
-            got = [e] * len(todo)
-        results.update(zip(todo, got))
-        todo = [k for k in todo if isinstance(results[k], BaseException) and not permanent(results[k])]
-        if not todo or round_ == retries:
-            break
-        retried(len(todo))
-        time.sleep(delay)
-        delay *= 2
-    return results
-
-
-#: Seconds an S3 request may wait for a connection or for the next bytes before it fails (and is
-#: retried), unless ``storage_options`` say otherwise (``config_kwargs.read_timeout``): botocore's
-#: own 60 s made a stalled store take minutes to surface through the retries.
+#: Seconds a request may wait for a connection or for the next bytes before it fails (and is
+#: retried), unless ``storage_options`` say otherwise (``config_kwargs.read_timeout``,
+#: ``connect_timeout``): botocore's own 60 s made a stalled store take minutes to surface.
 TIMEOUT = 15
 
-
-def single_attempt_options(url: str, storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """For fetching images and records: botocore's own retries off (unless the options set
-    them), so that every retry is ours, with its backoff, and counted; ``TIMEOUT`` to connect
-    and between bytes."""
-    options = dict(storage_options or {})
-    if url.split("://", 1)[0] in ("s3", "s3a"):
-        config = dict(options.get("config_kwargs") or {})
-        config.setdefault("retries", {"total_max_attempts": 1})
-        config.setdefault("connect_timeout", TIMEOUT)
-        config.setdefault("read_timeout", TIMEOUT)
-        options["config_kwargs"] = config
-    return options
+#: The S3 error codes that say "later", whatever their status.
+TRANSIENT_CODES = frozenset({"SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable", "Throttling", "ThrottlingException", "RequestThrottled", "TooManyRequestsException"})
+TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 
-def single_attempt(fs: Any) -> Any:
-    if hasattr(fs, "retries"):  # s3fs retries some errors itself
-        fs.retries = 1
-    return fs
+def transient(e: BaseException) -> bool:
+    """Whether trying again may mend ``e``: a 5xx or throttling answer, no answer, a reset, a
+    timeout, a body cut short. Not: a missing object, a refusal, a request the store rejects, an
+    answer that is not HTTP, a certificate that does not verify, a bad option."""
+    status = getattr(e, "status", None)
+    if isinstance(status, int) and status:  # the store answered (S3Error)
+        return status in TRANSIENT_STATUS or getattr(e, "code", "") in TRANSIENT_CODES
+    cause = getattr(e, "cause", None) or e  # an unanswered S3Error carries the transport's failure
+    if isinstance(cause, TunnelRefused):
+        return cause.status >= 500
+    if isinstance(cause, (ProtocolError, ssl.SSLCertVerificationError, FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)):
+        return False
+    if isinstance(cause, OSError):
+        return True
+    # fsspec drivers' own exceptions (aiohttp's, google's, asyncio's timeout): retried, but never a programming error
+    return not isinstance(cause, (ValueError, TypeError, KeyError, AttributeError, NotImplementedError, ImportError, AssertionError))
+
+
+def retry_after(e: BaseException) -> float | None:
+    """The seconds an answer's ``Retry-After`` asks for (a number, or an HTTP date), or None."""
+    value = getattr(e, "retry_after", None)
+    if not value:
+        return None
+    value = str(value).strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return max(0.0, (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds())
+
+
+class Tally:
+    """What the requests of a store did: ``requests`` sent (retries included), ``retried``
+    (attempts after a transient failure), ``fetched`` (body bytes received). Safe across threads."""
+
+    def __init__(self) -> None:
+        self.requests = self.retried = self.fetched = 0
+        self._lock = threading.Lock()
+
+    def count(self, requests: int = 0, retried: int = 0, fetched: int = 0) -> None:
+        with self._lock:
+            self.requests += requests
+            self.retried += retried
+            self.fetched += fetched
+
+
+T = TypeVar("T")
+
+
+class GaveUp(Exception):
+    """The last failure of a request, with how many ``attempts`` it had (raised by ``Policy.run``)."""
+
+    def __init__(self, last: BaseException, attempts: int):
+        super().__init__(str(last))
+        self.last, self.attempts = last, attempts
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How one request is retried: up to ``retries`` more attempts while its failure is
+    ``transient``; before retry n (from 0) a wait drawn uniformly from [0, ``delay`` * 2**n]
+    (full jitter: throttled clients spread out), or the answer's ``Retry-After`` if longer (at
+    most ``RETRY_AFTER_MOST``); no retry that would start ``within`` seconds after the first."""
+
+    retries: int = RETRIES
+    delay: float = RETRY_DELAY
+    within: float = RETRY_WITHIN
+
+    @classmethod
+    def default(cls, retries: int | None = None) -> Policy:
+        """The policy of this module's constants as they are now (tests lower ``RETRY_DELAY``)."""
+        return cls(RETRIES if retries is None else retries, RETRY_DELAY, RETRY_WITHIN)
+
+    def run(self, attempt: Callable[[], T], tally: Tally | None = None, sleep: Callable[[float], Any] = time.sleep) -> T:
+        """``attempt()``, retried as the policy says; each attempt counted in ``tally``.
+
+        Raises:
+            GaveUp: the last failure (permanent, or transient past the bound) and the attempts made.
+        """
+        started = time.monotonic()
+        for n in range(self.retries + 1):
+            if tally is not None:
+                tally.count(requests=1, retried=1 if n else 0)
+            try:
+                return attempt()
+            except Exception as e:
+                if n == self.retries or not transient(e):
+                    raise GaveUp(e, n + 1) from None
+                wait = random.uniform(0, self.delay * 2**n)
+                asked = retry_after(e)
+                if asked is not None:
+                    wait = max(wait, min(asked, RETRY_AFTER_MOST))
+                if time.monotonic() - started + wait > self.within:
+                    raise GaveUp(e, n + 1) from None
+                sleep(wait)
+        raise AssertionError("unreachable")

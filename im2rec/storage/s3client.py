@@ -1,41 +1,45 @@
-"""The S3 client of the hot paths: GET, ranged GET, HEAD, PUT and multipart uploads, signed
-here (AWS Signature Version 4) and sent on kept-alive HTTP/1.1 connections of its own.
+"""im2rec's S3 client: requests signed here (AWS Signature Version 4) and sent on the kept-alive
+connections of ``http``, one attempt each; the verbs, their retries and their words are the
+store seam's (``store.S3Store``).
 
 s3fs (aiobotocore) spends about 2.8-5.6 ms of CPU per request: on two cores, more than the
 pool spends decoding and re-encoding an image. This client spends about 0.2 ms (0.3 with 32
-requests in flight), less than obstore (Rust, 0.4 ms through its Python binding), and unlike obstore it keeps working in a process forked after it
-was used (a PyTorch DataLoader worker): obstore's tokio runtime does not survive a fork,
-and a forked child's first request hangs. Connections belong to a thread and a process; a
-child opens its own.
+requests in flight), less than obstore (Rust, 0.4 ms through its Python binding), and unlike
+obstore it keeps working in a process forked after it was used (a PyTorch DataLoader worker):
+obstore's tokio runtime does not survive a fork, and a forked child's first request hangs.
+Connections belong to a thread and a process; a child opens its own.
 
-What stays with fsspec (``storage.filesystem``): listing, globbing, deleting, existence
-checks, server-side merges, every other scheme, and any ``storage_options`` this client
-does not know (it then declines, and s3fs does the work, as before).
+The signer is this module's, not botocore's: the same signature (``tests/test_s3client.py``
+checks it against botocore's for keys that need encoding, queries and tokens) for 0.02 ms
+against botocore's 0.08 ms a request (``benchmarks/bench_remote.py``, section 0).
 
 Credentials and endpoints follow botocore's rules, as s3fs does: ``storage_options`` (s3fs's
 ``key``, ``secret``, ``token``, ``anon``, ``profile``, ``endpoint_url``,
-``client_kwargs.endpoint_url``/``region_name``/``verify``), else ``AWS_ACCESS_KEY_ID`` and
-``AWS_SECRET_ACCESS_KEY`` (``AWS_SESSION_TOKEN``), else botocore's own chain (profiles,
-SSO, instance roles; botocore comes with s3fs). The endpoint: ``AWS_ENDPOINT_URL_S3`` or
-``AWS_ENDPOINT_URL``, else AWS in the bucket's region (a redirect to another region is
-followed). ``IM2REC_S3_CLIENT=fsspec`` turns this client off.
+``client_kwargs.endpoint_url``/``region_name``/``verify``, ``config_kwargs.connect_timeout``/
+``read_timeout``/``proxies``), else ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY``
+(``AWS_SESSION_TOKEN``), else botocore's own chain (profiles, SSO, instance roles; botocore comes
+with s3fs). The endpoint: ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``, else AWS in the
+bucket's region (a redirect to another region is followed). TLS is verified against
+``client_kwargs.verify`` or ``AWS_CA_BUNDLE``, else certifi's bundle; proxies come from
+``config_kwargs.proxies`` or the environment (``HTTPS_PROXY``, ``NO_PROXY``: see ``http``).
+``IM2REC_S3_CLIENT=fsspec`` turns this client off (s3fs does the work).
 
-Errors: a missing object or bucket is ``FileNotFoundError``, a refusal ``PermissionError``,
-both naming the store's code; anything else (5xx, throttling, a timeout, a dropped
-connection) is ``OSError``, which the callers retry (``storage.RETRIES``).
+Errors: ``S3Error`` with the store's ``status`` and ``code`` (``NoSuchObject`` for 404,
+``AccessDenied`` for 403), or status 0 and the transport's failure as ``cause`` when no answer came.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime
 import hashlib
 import hmac
 import os
 import re
-import select
 import socket
 import ssl
 import threading
+import weakref
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -44,29 +48,33 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-__all__ = ["S3Client", "client_for", "forget_clients"]
+from .http import Answer, Connection, ConnectionClosed, Pool, ProtocolError, TunnelRefused, proxy_for, tls_context
+from .retries import TIMEOUT
 
-#: Seconds a request may wait to connect, or between two reads, before it fails (and is retried).
-TIMEOUT = 15
-#: Requests in flight at once for ``get_many`` and the parts of an upload.
+__all__ = ["AccessDenied", "Config", "Credentials", "NoSuchObject", "S3Client", "S3Error", "client_for", "config_for", "forget_clients", "sign", "split", "xml_fields"]
+
+#: Requests in flight at once for the store's ``get_many``, ``get_ranges`` and ``delete``.
 CONCURRENCY = 32
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 UNSIGNED = "UNSIGNED-PAYLOAD"
 #: s3fs storage options this client understands; with any other, it declines (s3fs does the work).
 KNOWN_OPTIONS = {"key", "secret", "token", "anon", "profile", "endpoint_url", "client_kwargs", "config_kwargs", "skip_instance_cache", "use_listings_cache", "default_block_size"}
 KNOWN_CLIENT_KWARGS = {"endpoint_url", "region_name", "verify"}
-KNOWN_CONFIG_KWARGS = {"connect_timeout", "read_timeout", "retries"}
-_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+KNOWN_CONFIG_KWARGS = {"connect_timeout", "read_timeout", "retries", "proxies"}
 
 
 class S3Error(OSError):
-    """A request the store answered with an error (or did not answer); ``status`` and ``code``
-    are the store's (0 and "" when no answer came); ``said`` what happened, without the
-    object's name (``403 SignatureDoesNotMatch: ...``, ``cannot reach http://...: ...``)."""
+    """A request the store answered with an error, or did not answer.
 
-    def __init__(self, message: str, status: int = 0, code: str = "", said: str = ""):
+    ``status`` and ``code`` are the store's (0 and "" when no answer came, ``cause`` then the
+    transport's failure); ``said`` is what happened, without the object's name (``403
+    SignatureDoesNotMatch: ...``, ``cannot reach http://...: connection refused``);
+    ``retry_after`` the answer's ``Retry-After``, if any."""
+
+    def __init__(self, message: str, status: int = 0, code: str = "", said: str = "", retry_after: str | None = None, cause: BaseException | None = None):
         super().__init__(message)
         self.status, self.code, self.said = status, code, said or message
+        self.retry_after, self.cause = retry_after, cause
 
 
 class NoSuchObject(S3Error, FileNotFoundError):
@@ -105,7 +113,7 @@ class _Credentials:
 
 @dataclass(frozen=True)
 class Config:
-    """What a client is: its endpoint, region, keys and TLS rule. Two equal configs share a client."""
+    """What a client is: its endpoint, region, keys, TLS rule, timeouts and proxies. Two equal configs share a client."""
 
     endpoint: str | None  # None: AWS, virtual-hosted, in the bucket's region
     region: str
@@ -114,12 +122,13 @@ class Config:
     profile: str | None
     verify: bool | str
     timeout: float
+    connect_timeout: float
+    proxies: tuple[tuple[str, str], ...] | None  # config_kwargs.proxies; None: the environment's
 
 
 def config_for(storage_options: Mapping[str, Any] | None) -> Config | None:
     """The client's config for these s3fs-style options and this environment, or None when this
-    client must decline: an option it does not know, a proxy to go through, or
-    ``IM2REC_S3_CLIENT=fsspec``."""
+    client must decline: an option it does not know, or ``IM2REC_S3_CLIENT=fsspec``."""
     if os.environ.get("IM2REC_S3_CLIENT", "").lower() == "fsspec":
         return None
     options = dict(storage_options or {})
@@ -127,8 +136,6 @@ def config_for(storage_options: Mapping[str, Any] | None) -> Config | None:
     config_kwargs = dict(options.get("config_kwargs") or {})
     if set(options) - KNOWN_OPTIONS or set(client_kwargs) - KNOWN_CLIENT_KWARGS or set(config_kwargs) - KNOWN_CONFIG_KWARGS:
         return None
-    if any(os.environ.get(v) for v in _PROXY_VARIABLES):
-        return None  # botocore goes through the proxy; this client does not know how
     endpoint = options.get("endpoint_url") or client_kwargs.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
     region = client_kwargs.get("region_name") or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
     fixed = None
@@ -138,8 +145,18 @@ def config_for(storage_options: Mapping[str, Any] | None) -> Config | None:
     elif not profile and os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
         fixed = Credentials(os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"], os.environ.get("AWS_SESSION_TOKEN") or None)
     verify: bool | str = client_kwargs.get("verify", os.environ.get("AWS_CA_BUNDLE") or True)
-    timeout = float(config_kwargs.get("read_timeout") or TIMEOUT)
-    return Config(str(endpoint).rstrip("/") if endpoint else None, str(region), bool(options.get("anon")), fixed, profile, verify, timeout)
+    proxies = config_kwargs.get("proxies")
+    return Config(
+        endpoint=str(endpoint).rstrip("/") if endpoint else None,
+        region=str(region),
+        anonymous=bool(options.get("anon")),
+        fixed=fixed,
+        profile=profile,
+        verify=verify,
+        timeout=float(config_kwargs.get("read_timeout") or TIMEOUT),
+        connect_timeout=float(config_kwargs.get("connect_timeout") or TIMEOUT),
+        proxies=tuple(sorted((str(k), str(v)) for k, v in dict(proxies).items())) if proxies is not None else None,
+    )
 
 
 # --------------------------------------------------------------------------- signing
@@ -175,7 +192,7 @@ def sign(method: str, host: str, path: str, query: Mapping[str, str], headers: d
     headers["Authorization"] = f"AWS4-HMAC-SHA256 Credential={credentials.access_key}/{scope}, SignedHeaders={';'.join(names)}, Signature={signature}"
 
 
-# --------------------------------------------------------------------------- the client
+# --------------------------------------------------------------------------- answers
 
 
 def _phrase(status: int) -> str:
@@ -189,7 +206,7 @@ def _strip(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
 
-def _xml_fields(body: bytes) -> dict[str, str]:
+def xml_fields(body: bytes) -> dict[str, str]:
     """The leaf elements of an S3 XML answer, by name (the first of each)."""
     try:
         root = ET.fromstring(body)
@@ -201,142 +218,36 @@ def _xml_fields(body: bytes) -> dict[str, str]:
     return found
 
 
-class ConnectionClosed(ConnectionError):
-    """The server closed the connection before its whole answer."""
+def xml_records(body: bytes, tag: str) -> list[dict[str, str]]:
+    """Each ``<tag>`` element of an XML answer as ``{child: text}`` (``Contents``, ``Upload``...)."""
+    try:
+        root = ET.fromstring(body)
+    except ET.ParseError:
+        raise ProtocolError(f"an XML answer that does not parse ({body[:60]!r})") from None
+    return [{_strip(c.tag): (c.text or "") for c in e} for e in root.iter() if _strip(e.tag) == tag]
 
 
-#: The most bytes of status line and headers an answer may have.
-MAX_HEAD = 64 << 10
+def content_md5(body: bytes | memoryview) -> str:
+    """The ``Content-MD5`` of a body: the store checks it (S3, SeaweedFS: 400 BadDigest)."""
+    return base64.b64encode(hashlib.md5(body).digest()).decode()
 
 
-class _Connection:
-    """One kept-alive HTTP/1.1 connection to ``host`` (``name`` or ``name:port``): a request is
-    written in one piece, the answer read by its Content-Length or its chunks (or to the end,
-    when it has neither). ``http.client`` parses headers with the email package and spends
-    twice this CPU per request (0.31 against 0.17 ms, measured on SeaweedFS)."""
-
-    def __init__(self, scheme: str, host: str, timeout: float, context: ssl.SSLContext | None):
-        parts = urlsplit(f"//{host}")
-        self.host, self.address = host, (parts.hostname or host, parts.port or (443 if scheme == "https" else 80))
-        self.timeout, self.context = timeout, context
-        self.sock: socket.socket | None = None
-        self.buffer = b""  # what was received beyond the answer being read
-
-    def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-        self.sock, self.buffer = None, b""
-
-    def stale(self) -> bool:
-        """Whether this idle connection was closed by the server (or holds what nobody asked for)."""
-        return self.sock is not None and bool(self.buffer or select.select([self.sock], [], [], 0)[0])
-
-    def exchange(self, method: str, target: str, headers: Mapping[str, str], body: bytes | memoryview) -> tuple[int, dict[str, str], bytes, bool]:
-        """Send one request; ``(status, headers with lowercase names, body, whether the connection must close)``."""
-        if self.sock is None:
-            sock = socket.create_connection(self.address, timeout=self.timeout)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.sock = self.context.wrap_socket(sock, server_hostname=self.address[0]) if self.context else sock
-        head = f"{method} {target} HTTP/1.1\r\nHost: {self.host}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
-        if len(body) <= 1 << 16:
-            self.sock.sendall(head.encode() + bytes(body))
-        else:
-            self.sock.sendall(head.encode())
-            self.sock.sendall(body)
-        status, answer = self._head()
-        while 100 <= status < 200:  # 100 Continue (never asked for) and the like: the answer follows
-            status, answer = self._head()
-        closing = answer.get("connection", "").lower() == "close"
-        if method == "HEAD" or status in (204, 304):
-            return status, answer, b"", closing
-        if "chunked" in answer.get("transfer-encoding", "").lower():
-            return status, answer, self._chunked(), closing
-        if "content-length" in answer:
-            return status, answer, self._exactly(int(answer["content-length"])), closing
-        return status, answer, self._to_the_end(), True
-
-    def _receive(self) -> bytes:
-        assert self.sock is not None
-        data = self.sock.recv(1 << 16)
-        if not data:
-            raise ConnectionClosed("the server closed the connection before its whole answer")
-        return data
-
-    def _line_block(self, end: bytes) -> bytes:
-        """What the buffer holds up to ``end`` (received as needed), ``end`` consumed."""
-        while (at := self.buffer.find(end)) < 0:
-            if len(self.buffer) > MAX_HEAD:
-                raise ConnectionClosed(f"an answer whose headers run past {MAX_HEAD} bytes")
-            self.buffer += self._receive()
-        block, self.buffer = self.buffer[:at], self.buffer[at + len(end) :]
-        return block
-
-    def _head(self) -> tuple[int, dict[str, str]]:
-        lines = self._line_block(b"\r\n\r\n").decode("latin-1").split("\r\n")
-        fields = lines[0].split(" ", 2)
-        if len(fields) < 2 or not fields[0].startswith("HTTP/") or not fields[1].isdigit():
-            raise ConnectionClosed(f"not an HTTP answer: {lines[0][:80]!r}")
-        answer: dict[str, str] = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            answer[name.strip().lower()] = value.strip()
-        return int(fields[1]), answer
-
-    def _exactly(self, size: int) -> bytes:
-        if len(self.buffer) >= size:
-            data, self.buffer = self.buffer[:size], self.buffer[size:]
-            return data
-        assert self.sock is not None
-        body = bytearray(size)
-        view = memoryview(body)
-        got = len(self.buffer)
-        view[:got] = self.buffer
-        self.buffer = b""
-        while got < size:
-            n = self.sock.recv_into(view[got:])
-            if not n:
-                raise ConnectionClosed(f"the server closed the connection after {got:,} of {size:,} bytes")
-            got += n
-        return bytes(body)
-
-    def _chunked(self) -> bytes:
-        chunks = []
-        while size := int(self._line_block(b"\r\n").split(b";")[0].strip() or b"0", 16):
-            chunks.append(self._exactly(size))
-            self._exactly(2)  # the chunk's CRLF
-        while self._line_block(b"\r\n"):  # trailers, up to the empty line
-            pass
-        return b"".join(chunks)
-
-    def _to_the_end(self) -> bytes:
-        assert self.sock is not None
-        chunks = [self.buffer]
-        while data := self.sock.recv(1 << 16):
-            chunks.append(data)
-        self.buffer = b""
-        return b"".join(chunks)
-
-
-class _Local(threading.local):
-    """A thread's connections, by (scheme, host)."""
-
-    def __init__(self) -> None:
-        self.connections: dict[tuple[str, str], _Connection] = {}
+# --------------------------------------------------------------------------- the client
 
 
 class S3Client:
-    """Requests to one S3 endpoint with one set of credentials (see the module's docstring).
-    Safe to use from many threads; after a fork, the child opens its own connections."""
+    """Requests to one S3 endpoint with one set of credentials (see the module's docstring):
+    one attempt each. Safe to use from many threads; a forked child opens its own connections."""
 
     def __init__(self, config: Config):
         self.config = config
         self._credentials = self._resolve_credentials(config)
         self._regions: dict[str, str] = {}  # bucket -> its region, when a redirect said so
-        self._local = _Local()
-        self._pid = os.getpid()
-        self._pool: ThreadPoolExecutor | None = None
+        self._tls: ssl.SSLContext | None = None
+        self._pool = Pool(self._connect)
+        self._threads: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
-        self._ssl: ssl.SSLContext | None = None
+        _LIVE.add(self)
 
     @staticmethod
     def _resolve_credentials(config: Config) -> _Credentials:
@@ -349,16 +260,31 @@ class S3Client:
         session = botocore.session.Session(profile=config.profile) if config.profile else botocore.session.get_session()
         return _Credentials(botocore=session.get_credentials())
 
+    def after_fork(self) -> None:
+        """In a forked child: the parent's threads are not in this process (its connections: ``http.Pool``)."""
+        self._threads = None
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close every connection and stop the threads (idle ones end now, busy ones after their request)."""
+        self._pool.close()
+        with self._lock:
+            threads, self._threads = self._threads, None
+        if threads is not None:
+            threads.shutdown(wait=False, cancel_futures=True)
+
     # -- connections ---------------------------------------------------------- #
 
-    def _fork_check(self) -> None:
-        if self._pid != os.getpid():  # a forked child: nothing of the parent's sockets or threads
-            self._local = _Local()
-            self._pool = None
-            self._lock = threading.Lock()
-            self._pid = os.getpid()
+    def _connect(self, scheme: str, netloc: str) -> Connection:
+        proxies = dict(self.config.proxies) if self.config.proxies is not None else None
+        tls = None
+        if scheme == "https":
+            if self._tls is None:
+                self._tls = tls_context(self.config.verify)
+            tls = self._tls
+        return Connection(scheme, netloc, timeout=self.config.timeout, connect_timeout=self.config.connect_timeout, tls=tls, proxy=proxy_for(scheme, netloc, proxies))
 
-    def _where(self, bucket: str, key: str) -> tuple[str, str, str]:
+    def where(self, bucket: str, key: str) -> tuple[str, str, str]:
         """``(scheme, host, URI-encoded path)`` of an object."""
         encoded = quote(key, safe="/~")
         if self.config.endpoint:
@@ -369,28 +295,6 @@ class S3Client:
         if re.fullmatch(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]", bucket):
             return "https", f"{bucket}.s3.{region}.amazonaws.com", f"/{encoded}"
         return "https", f"s3.{region}.amazonaws.com", f"/{bucket}/{encoded}" if key else f"/{bucket}"
-
-    def _connection(self, scheme: str, host: str) -> _Connection:
-        self._fork_check()
-        connection = self._local.connections.get((scheme, host))
-        if connection is not None and connection.stale():
-            connection.close()  # readable while idle: the server closed it (or sent what nobody asked for)
-        if connection is None:
-            if scheme == "https" and self._ssl is None:
-                verify = self.config.verify
-                context = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
-                if verify is False:
-                    context.check_hostname = False
-                    context.verify_mode = ssl.CERT_NONE
-                self._ssl = context
-            connection = _Connection(scheme, host, self.config.timeout, self._ssl if scheme == "https" else None)
-            self._local.connections[(scheme, host)] = connection
-        return connection
-
-    def _drop(self, scheme: str, host: str) -> None:
-        connection = self._local.connections.pop((scheme, host), None)
-        if connection is not None:
-            connection.close()
 
     # -- one request ---------------------------------------------------------- #
 
@@ -404,16 +308,19 @@ class S3Client:
         headers: Mapping[str, str] | None = None,
         body: bytes | memoryview = b"",
         ok: Sequence[int] = (200, 204, 206),
-    ) -> tuple[int, dict[str, str], bytes]:
-        """Send one signed request; ``(status, headers with lowercase names, body)``.
+    ) -> Answer:
+        """Send one signed request (a body with its ``Content-MD5``), one attempt.
 
         Raises:
             NoSuchObject, AccessDenied, S3Error: as the module's docstring says.
         """
         query = dict(query or {})
+        sent_headers = dict(headers or {})
+        if body:
+            sent_headers["Content-MD5"] = content_md5(body)
         for _ in range(2):  # a second time only after a redirect to the bucket's region
-            scheme, host, path = self._where(bucket, key)
-            sent = dict(headers or {})
+            scheme, host, path = self.where(bucket, key)
+            sent = dict(sent_headers)
             credentials = None if self.config.anonymous else self._credentials.get()
             if credentials is not None:
                 payload = EMPTY_SHA256 if not body else UNSIGNED if scheme == "https" else hashlib.sha256(body).hexdigest()  # TLS guards a body
@@ -421,116 +328,74 @@ class S3Client:
             target = path + ("?" + _query_string(query) if query else "")
             if body or method in ("PUT", "POST"):
                 sent["Content-Length"] = str(len(body))
-            connection = self._connection(scheme, host)
+            connection = self._pool.connection(scheme, host)
             try:
-                status, answer, data, closing = connection.exchange(method, target, sent, body)
+                answer = connection.exchange(method, target, sent, body)
             except OSError as e:
-                self._drop(scheme, host)
-                raise self._unanswered(method, bucket, key, scheme, host, e) from None
-            if closing:
-                self._drop(scheme, host)
-            if status in ok:
-                return status, answer, data
-            region = answer.get("x-amz-bucket-region")
-            if status in (301, 307, 400) and region and region != self._regions.get(bucket, self.config.region) and not self.config.endpoint:
+                connection.close()
+                said = _unanswered(connection, e)
+                raise S3Error(f"{method} {bucket}/{key}: {said}", said=said, cause=e) from None
+            if answer.closing:
+                connection.close()
+            if answer.status in ok:
+                return answer
+            region = answer.headers.get("x-amz-bucket-region")
+            if answer.status in (301, 307, 400) and region and region != self._regions.get(bucket, self.config.region) and not self.config.endpoint:
                 self._regions[bucket] = region  # the bucket lives elsewhere: ask there
                 continue
-            raise self._error(method, bucket, key, status, data)
+            raise _error(method, bucket, key, answer)
         raise S3Error(f"{method} {bucket}/{key}: no answer")
-
-    @staticmethod
-    def _unanswered(method: str, bucket: str, key: str, scheme: str, host: str, e: BaseException) -> S3Error:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else (str(e) or type(e).__name__)
-        if isinstance(e, TimeoutError):
-            reason = f"no answer within the timeout ({reason})"
-        said = f"cannot reach {scheme}://{host}: {reason}" if isinstance(e, ConnectionRefusedError | socket.gaierror) else f"{type(e).__name__} from {scheme}://{host}: {reason}"
-        return S3Error(f"{method} {bucket}/{key}: {said}", said=said)
-
-    @staticmethod
-    def _error(method: str, bucket: str, key: str, status: int, body: bytes) -> S3Error:
-        fields = _xml_fields(body) if body else {}
-        code = fields.get("Code", "")
-        message = fields.get("Message", "") or _phrase(status)
-        said = f"{status} {code}: {message}" if code else f"{status} {message}"
-        where = f"{bucket}/{key}" if key else bucket
-        if status == 404:  # a HEAD's answer has no body: which of the two is missing is not said
-            return NoSuchObject(f"{where}: {said}", status, code, said)
-        if status == 403:
-            if not code:
-                said += " (these credentials may not read it, or the signature does not match)"
-            return AccessDenied(f"{where}: {said}", status, code, said)
-        return S3Error(f"{method} {where}: {said}", status, code, said)
-
-    # -- objects ------------------------------------------------------------- #
-
-    def get(self, bucket: str, key: str, start: int | None = None, end: int | None = None) -> bytes:
-        """The object's bytes, or those of ``[start, end)``."""
-        headers = {"Range": f"bytes={start}-{end - 1}"} if start is not None and end is not None else {}
-        _, _, data = self.request("GET", bucket, key, headers=headers)
-        return data
-
-    def head(self, bucket: str, key: str) -> dict[str, Any]:
-        """``{"size", "etag"}`` of the object."""
-        _, headers, _ = self.request("HEAD", bucket, key)
-        return {"size": int(headers.get("content-length", 0)), "etag": headers.get("etag")}
-
-    def has_prefix(self, bucket: str, prefix: str) -> bool:
-        """Whether any object's key starts with ``prefix`` (a "folder" that holds something)."""
-        _, _, body = self.request("GET", bucket, query={"list-type": "2", "prefix": prefix, "max-keys": "1"})
-        return _xml_fields(body).get("KeyCount", "0") not in ("", "0")
-
-    def put(self, bucket: str, key: str, body: bytes | memoryview) -> str | None:
-        """One PUT: the object appears whole or not at all; its ETag."""
-        _, headers, _ = self.request("PUT", bucket, key, body=body)
-        return headers.get("etag")
 
     def map(self, function: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
         """``function`` of each item, ``CONCURRENCY`` at a time: a result or the exception, in order."""
         items = list(items)
         if len(items) <= 1:
             return [_result(function, x) for x in items]
-        self._fork_check()
         with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(CONCURRENCY, thread_name_prefix="im2rec-s3")
-        return list(self._pool.map(lambda x: _result(function, x), items))
+            if self._threads is None:
+                self._threads = ThreadPoolExecutor(CONCURRENCY, thread_name_prefix="im2rec-s3")
+            threads = self._threads
+        return list(threads.map(lambda x: _result(function, x), items))
 
-    # -- multipart uploads ---------------------------------------------------- #
 
-    def create_upload(self, bucket: str, key: str) -> str:
-        _, _, body = self.request("POST", bucket, key, query={"uploads": ""})
-        upload_id = _xml_fields(body).get("UploadId")
-        if not upload_id:
-            raise S3Error(f"POST {bucket}/{key}?uploads: no UploadId in the answer")
-        return upload_id
+def _unanswered(connection: Connection, e: BaseException) -> str:
+    """What happened to a request that got no answer, in words, naming where it went."""
+    origin = connection.origin
+    via = f" through the proxy {connection.proxy.url}" if connection.proxy is not None else ""
+    if isinstance(e, ConnectionClosed):
+        return f"{origin}{via} {e}"
+    if isinstance(e, (ProtocolError, TunnelRefused)):
+        return f"{e} ({origin}{via})"
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return f"cannot reach {origin}: {e.verify_message or e.reason}: the certificate is not signed by a known authority (name the bundle that signs it in AWS_CA_BUNDLE)"
+    if isinstance(e, TimeoutError):
+        return f"{origin}{via} did not answer within {connection.timeout:g} s"
+    if isinstance(e, ConnectionRefusedError):
+        return f"cannot reach {origin}{via}: connection refused"
+    if isinstance(e, socket.gaierror):
+        return f"cannot reach {origin}{via}: the name {connection.hostname if not via else connection.proxy.address[0]} does not resolve ({e.strerror})"  # type: ignore[union-attr]
+    if isinstance(e, ConnectionResetError):
+        return f"{origin}{via} reset the connection"
+    if isinstance(e, BrokenPipeError):
+        return f"{origin}{via} closed the connection while the request was sent"
+    reason = e.strerror if isinstance(e, OSError) and e.strerror else (str(e) or type(e).__name__)
+    return f"{type(e).__name__} from {origin}{via}: {reason}"
 
-    def upload_part(self, bucket: str, key: str, upload_id: str, number: int, body: bytes | memoryview) -> str:
-        _, headers, _ = self.request("PUT", bucket, key, query={"partNumber": str(number), "uploadId": upload_id}, body=body)
-        return headers.get("etag", "")
 
-    def complete_upload(self, bucket: str, key: str, upload_id: str, parts: Sequence[tuple[int, str]]) -> None:
-        xml = "".join(f"<Part><PartNumber>{n}</PartNumber><ETag>{etag}</ETag></Part>" for n, etag in sorted(parts))
-        body = f"<CompleteMultipartUpload>{xml}</CompleteMultipartUpload>".encode()
-        _, _, answer = self.request("POST", bucket, key, query={"uploadId": upload_id}, body=body)
-        if b"<Error>" in answer[:512]:  # S3 may answer 200 and put the error in the body
-            fields = _xml_fields(answer)
-            raise S3Error(f"POST {bucket}/{key}?uploadId: {fields.get('Code')}: {fields.get('Message')}", 200, fields.get("Code", ""))
-
-    def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
-        self.request("DELETE", bucket, key, query={"uploadId": upload_id}, ok=(200, 204, 404))
-
-    def uploads(self, bucket: str, prefix: str) -> list[tuple[str, str]]:
-        """``(key, upload id)`` of the multipart uploads in progress under ``prefix``."""
-        _, _, body = self.request("GET", bucket, query={"uploads": "", "prefix": prefix})
-        try:
-            root = ET.fromstring(body)
-        except ET.ParseError:
-            return []
-        found = []
-        for upload in (e for e in root.iter() if _strip(e.tag) == "Upload"):
-            fields = {_strip(c.tag): (c.text or "") for c in upload}
-            found.append((fields.get("Key", ""), fields.get("UploadId", "")))
-        return found
+def _error(method: str, bucket: str, key: str, answer: Answer) -> S3Error:
+    fields = xml_fields(answer.body) if answer.body else {}
+    code = fields.get("Code", "")
+    message = fields.get("Message", "") or _phrase(answer.status)
+    said = f"{answer.status} {code}: {message}" if code else f"{answer.status} {message}"
+    where = f"{bucket}/{key}" if key else bucket
+    retry_after = answer.headers.get("retry-after")
+    if answer.status == 404:  # a HEAD's answer has no body: which of the two is missing is not said
+        return NoSuchObject(f"{where}: {said}", answer.status, code, said)
+    if answer.status == 403:
+        if not code:
+            said += " (these credentials may not read it, or the signature does not match)"
+        return AccessDenied(f"{where}: {said}", answer.status, code, said)
+    return S3Error(f"{method} {where}: {said}", answer.status, code, said, retry_after)
 
 
 def _result(function: Callable[[Any], Any], item: Any) -> Any:
@@ -542,11 +407,23 @@ def _result(function: Callable[[Any], Any], item: Any) -> Any:
 
 _CLIENTS: dict[Config, S3Client] = {}
 _CLIENTS_LOCK = threading.Lock()
+_LIVE: weakref.WeakSet[S3Client] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    global _CLIENTS_LOCK
+    _CLIENTS_LOCK = threading.Lock()
+    for client in list(_LIVE):
+        client.after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def client_for(url: str, storage_options: Mapping[str, Any] | None = None) -> S3Client | None:
     """The client for an ``s3://`` URL with these options, or None (another scheme, or options
-    or an environment this client leaves to s3fs)."""
+    this client leaves to s3fs)."""
     if not url.startswith(("s3://", "s3a://")):
         return None
     config = config_for(storage_options)
@@ -560,9 +437,12 @@ def client_for(url: str, storage_options: Mapping[str, Any] | None = None) -> S3
 
 
 def forget_clients() -> None:
-    """Drop every client (and its connections): the next request makes new ones."""
+    """Drop every client, its connections closed and its threads stopped: the next request makes new ones."""
     with _CLIENTS_LOCK:
+        clients = list(_CLIENTS.values())
         _CLIENTS.clear()
+    for client in clients:
+        client.close()
 
 
 def split(url: str) -> tuple[str, str]:

@@ -5,6 +5,7 @@ one rule for a resumable staging folder.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -13,9 +14,11 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..errors import OutputExistsError, StorageError
+from ..errors import ObjectMissing, OutputExistsError, StorageError
+from ..fsutil import is_url
+from .store import store_for
 from .uploads import upload
-from .urls import check_bucket, exists, filesystem, is_url, object_path, storage_error
+from .urls import check_bucket, exists
 
 __all__ = ["StagedInput", "StagedOutput", "staging_base", "staging_dir"]
 
@@ -111,8 +114,8 @@ class StagedOutput(_Staging):
         files = sorted(os.path.join(d, f) for d, _, names in os.walk(self._dir) for f in names)
         urls = {path: self.shown(path).replace(os.sep, "/") for path in files}
         if not self._overwrite:
-            fs, _ = filesystem(self.target, self._options)
-            taken = [u for u in urls.values() if fs.exists(object_path(u))]
+            store = store_for(self.target, self._options)
+            taken = [u for u in urls.values() if store.exists(u)]
             if taken:
                 raise OutputExistsError(taken[0])
         first = [p for p in files if not p.endswith(".idx")]
@@ -147,20 +150,13 @@ class StagedInput(_Staging):
         if source is None or not is_url(source):
             return
         _, name = _split_url(source)
-        fs, path = filesystem(source, storage_options)
+        store = store_for(source, storage_options)
         self.path = os.path.join(self._make("in-"), name)
         try:
-            try:
-                fs.get_file(path, self.path)
-            except Exception as e:
-                raise storage_error(source, e) from None
+            store.download(source, self.path)
             for sibling in siblings:
-                try:
-                    fs.get_file(object_path(sibling), os.path.join(self._dir, _split_url(sibling)[1]))
-                except FileNotFoundError:
-                    pass
-                except Exception as e:
-                    raise storage_error(sibling, e) from None
+                with contextlib.suppress(ObjectMissing):
+                    store.download(sibling, os.path.join(self._dir, _split_url(sibling)[1]))
         except BaseException:
             self.close()
             raise

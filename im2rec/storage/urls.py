@@ -1,27 +1,18 @@
-"""What a URL names and the small calls on it: is it a URL, its filesystem (fsspec, imported when used),
-``--storage-option`` parsing, exists/read/write/list/remove, and the one translation of a store's
-failure into a ``StorageError`` that names the URL (``storage_error``).
+"""What a URL names and the small calls on it: is it a URL, ``--storage-option`` parsing, and
+exists/read/write/list/expand/remove, each one call on the URL's store (``store.store_for``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import StorageError
-from . import s3client
+from ..fsutil import is_url
+from .store import store_for
 
-__all__ = ["check_bucket", "exists", "expand", "filesystem", "is_url", "join", "list_files", "merge_options", "missing", "object_path", "parse_storage_option", "read_any", "read_bytes", "remove", "storage_error", "there", "write_bytes"]
-
-_URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
-
-
-def is_url(path: Any) -> bool:
-    """Whether ``path`` is a URL (``scheme://...``) rather than a local path; ``file://`` counts as a URL."""
-    return isinstance(path, str) and bool(_URL.match(path))
+__all__ = ["check_bucket", "exists", "expand", "is_url", "join", "list_files", "merge_options", "missing", "parse_storage_option", "read_any", "read_bytes", "remove", "there", "write_bytes"]
 
 
 def parse_storage_option(text: str) -> tuple[str, Any]:
@@ -50,76 +41,13 @@ def merge_options(pairs: Any) -> dict[str, Any]:
     return options
 
 
-def filesystem(url: str, storage_options: Mapping[str, Any] | None = None, fresh: bool = False) -> tuple[Any, str]:
-    """``(fsspec filesystem, path within it)`` for ``url``.
+def exists(url: str, storage_options: Mapping[str, Any] | None = None) -> bool:
+    """Whether ``url`` names an object, a bucket, or a prefix that holds objects.
 
     Raises:
-        StorageError: fsspec or the scheme's driver is not installed.
+        StorageError: the store cannot say (after its retries).
     """
-    try:
-        import fsspec
-        from fsspec.core import split_protocol
-    except ImportError:
-        raise StorageError(f"{url}: reading URLs needs fsspec and the store's driver: pip install s3fs (im2rec's s3 extra; gcsfs, adlfs for the others)") from None
-    protocol = split_protocol(url)[0] or "file"
-    try:
-        cls = fsspec.get_filesystem_class(protocol)
-    except (ImportError, ValueError) as e:
-        extra = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs"}.get(protocol)
-        hint = f": pip install {extra}" if extra else ""
-        raise StorageError(f"{url}: no fsspec driver for {protocol}:// ({e}){hint}") from None
-    options = dict(storage_options or {})
-    if fresh:
-        options["skip_instance_cache"] = True
-    fs = cls(**options)
-    return fs, object_path(url)
-
-
-def object_path(url: str) -> str:
-    """The path a filesystem of ``url``'s store names it by (the URL without its scheme)."""
-    from fsspec.core import strip_protocol
-
-    return str(strip_protocol(url))
-
-
-def storage_error(url: str, e: BaseException) -> StorageError:
-    if isinstance(e, StorageError):
-        return e  # said already
-    if isinstance(e, s3client.NoSuchObject) and e.code == "NoSuchBucket":
-        return StorageError(f"{url}: the bucket {s3client.split(url)[0]} does not exist (or these credentials cannot see it)")
-    if isinstance(e, s3client.NoSuchObject) and e.code == "NoSuchKey":
-        return StorageError(f"{url}: no such object")
-    if isinstance(e, FileNotFoundError):
-        return StorageError(f"{url}: no such object (or its bucket does not exist)")
-    if isinstance(e, PermissionError):
-        return StorageError(f"{url}: access denied: {e.said if isinstance(e, s3client.S3Error) else e}")
-    if isinstance(e, s3client.S3Error):
-        return StorageError(f"{url}: {e.said}")
-    unknown = re.search(r"unexpected keyword argument '(\w+)'", str(e)) if isinstance(e, TypeError) else None
-    if unknown:  # s3fs hands storage options to aiobotocore, which refuses a name it does not know at the first request
-        return StorageError(f"{url}: the store's driver takes no storage option {unknown.group(1)!r} (see --storage-option in the README)")
-    return StorageError(f"{url}: {type(e).__name__}: {e}")
-
-
-def exists(url: str, storage_options: Mapping[str, Any] | None = None) -> bool:
-    client = s3client.client_for(url, storage_options)
-    if client is not None:
-        bucket, key = s3client.split(url)
-        try:
-            if key and not key.endswith("/"):
-                with contextlib.suppress(FileNotFoundError):
-                    client.head(bucket, key)
-                    return True
-            return client.has_prefix(bucket, key.rstrip("/") + "/") if key else bool(client.request("HEAD", bucket))
-        except FileNotFoundError:
-            return False
-        except Exception as e:
-            raise storage_error(url, e) from None
-    fs, path = filesystem(url, storage_options)
-    try:
-        return bool(fs.exists(path))
-    except Exception as e:
-        raise storage_error(url, e) from None
+    return store_for(url, storage_options).exists(url)
 
 
 def check_bucket(url: str, storage_options: Mapping[str, Any] | None = None) -> None:
@@ -129,32 +57,7 @@ def check_bucket(url: str, storage_options: Mapping[str, Any] | None = None) -> 
     Raises:
         StorageError: naming the bucket.
     """
-    client = s3client.client_for(url, storage_options)
-    if client is not None:
-        bucket = s3client.split(url)[0]
-        try:
-            client.request("HEAD", bucket)
-        except FileNotFoundError:
-            raise StorageError(f"{url}: the bucket {bucket} does not exist (or these credentials cannot see it)") from None
-        except Exception as e:
-            raise storage_error(f"{url.split('://', 1)[0]}://{bucket}", e) from None
-        return
-    fs, path = filesystem(url, storage_options)
-    if getattr(fs, "root_marker", "") == "/" or "/" not in path.strip("/"):
-        return  # a local-like store (file://, memory://): nothing to check
-    bucket = path.strip("/").split("/", 1)[0]
-    try:
-        there = fs.exists(bucket)
-    except Exception as e:
-        raise storage_error(f"{url.split('://', 1)[0]}://{bucket}", e) from None
-    if not there:
-        try:  # exists() says False for an endpoint it cannot reach, too: ask again, for the real error
-            fs.ls(bucket)
-        except FileNotFoundError:
-            pass
-        except Exception as e:
-            raise storage_error(f"{url.split('://', 1)[0]}://{bucket}", e) from None
-        raise StorageError(f"{url}: the bucket {bucket} does not exist (or these credentials cannot see it)")
+    store_for(url, storage_options).check_bucket(url)
 
 
 def read_bytes(url: str, storage_options: Mapping[str, Any] | None = None) -> bytes:
@@ -163,17 +66,7 @@ def read_bytes(url: str, storage_options: Mapping[str, Any] | None = None) -> by
     Raises:
         StorageError: the object is missing or cannot be read.
     """
-    client = s3client.client_for(url, storage_options)
-    if client is not None:
-        try:
-            return client.get(*s3client.split(url))
-        except Exception as e:
-            raise storage_error(url, e) from None
-    fs, path = filesystem(url, storage_options)
-    try:
-        return fs.cat_file(path)
-    except Exception as e:
-        raise storage_error(url, e) from None
+    return store_for(url, storage_options).get(url)
 
 
 def write_bytes(url: str, data: bytes, storage_options: Mapping[str, Any] | None = None) -> None:
@@ -182,18 +75,7 @@ def write_bytes(url: str, data: bytes, storage_options: Mapping[str, Any] | None
     Raises:
         StorageError: the object cannot be written.
     """
-    client = s3client.client_for(url, storage_options)
-    if client is not None:
-        try:
-            client.put(*s3client.split(url), data)
-            return
-        except Exception as e:
-            raise storage_error(url, e) from None
-    fs, path = filesystem(url, storage_options)
-    try:
-        fs.pipe_file(path, data)
-    except Exception as e:
-        raise storage_error(url, e) from None
+    store_for(url, storage_options).put(url, data)
 
 
 def list_files(url: str, recursive: bool = True, storage_options: Mapping[str, Any] | None = None) -> list[str]:
@@ -202,13 +84,7 @@ def list_files(url: str, recursive: bool = True, storage_options: Mapping[str, A
     Raises:
         StorageError: the prefix cannot be listed (a missing bucket, denied access).
     """
-    fs, path = filesystem(url, storage_options)
-    path = path.rstrip("/")
-    try:
-        found = fs.find(path, maxdepth=None if recursive else 1, withdirs=False)
-    except Exception as e:
-        raise storage_error(url, e) from None
-    return [p[len(path) + 1 :] for p in found if p.startswith(path + "/")]
+    return store_for(url, storage_options).list_prefix(url, recursive)
 
 
 def expand(urls: Iterable[str], storage_options: Mapping[str, Any] | None = None) -> list[str]:
@@ -223,15 +99,10 @@ def expand(urls: Iterable[str], storage_options: Mapping[str, Any] | None = None
         if not any(c in url.split("://", 1)[-1] for c in "*?["):
             found.append(url)
             continue
-        fs, path = filesystem(url, storage_options)
-        try:
-            matches = sorted(fs.glob(path))
-        except Exception as e:
-            raise storage_error(url, e) from None
+        matches = store_for(url, storage_options).glob(url)
         if not matches:
             raise StorageError(f"{url}: no object matches")
-        scheme = url.split("://", 1)[0]
-        found += [f"{scheme}://{m.lstrip('/')}" if scheme != "file" else f"file://{m}" for m in matches]
+        found += matches
     return found
 
 
@@ -267,13 +138,5 @@ def join(root: str, path: str) -> str:
 
 def remove(urls: list[str], storage_options: Mapping[str, Any] | None = None) -> None:
     """Delete the objects of ``urls`` that exist (one store)."""
-    if not urls:
-        return
-    fs, _ = filesystem(urls[0], storage_options)
-    paths = [object_path(u) for u in urls]
-    try:
-        fs.rm([p for p in paths if fs.exists(p)])
-    except FileNotFoundError:
-        pass
-    except Exception as e:
-        raise storage_error(urls[0], e) from None
+    if urls:
+        store_for(urls[0], storage_options).delete(urls)

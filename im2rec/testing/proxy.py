@@ -20,6 +20,15 @@ or chunked transfer-encoding (copied verbatim, chunk lines included); ``Expect:
 (its counters as JSON) and neither forwarded nor counted, so that a benchmark can read the
 counters of a proxy running in another process.
 
+``chaos(every=3, kinds=("503", "reset", "cut"), most=2)`` faults every third request, the kinds
+in turn, but never one request (its method, target and Range) more than ``most`` times: a client
+that retries ``most`` times always gets through, one that does not retry fails.
+
+With ``upstream=None`` it is a forward proxy (what ``HTTP_PROXY`` names): a request in absolute
+form (``GET http://host:port/path``) is sent to that host, ``CONNECT host:port`` opens a tunnel
+(counted in ``tunnels``; bytes copied both ways, no fault inside). With ``tls`` (an
+``ssl.SSLContext`` of the server side) it answers over TLS, as an ``https://`` store does.
+
 ``python -m im2rec.testing.proxy UPSTREAM [--latency 0.02] [--port 0]`` serves in a process of its
 own (a benchmark keeps it from sharing the measured process's GIL): its URL on the first
 line of stdout, then until it is killed or its stdin closes.
@@ -32,11 +41,12 @@ import asyncio
 import contextlib
 import json
 import socket
+import ssl
 import struct
 import sys
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from types import TracebackType
 from urllib.parse import urlsplit
 
@@ -47,8 +57,9 @@ BLOCK = 1 << 20
 #: The longest request or response head (request line or status line, and headers) accepted.
 MAX_HEAD = 64 << 10
 
-#: What `LatencyProxy.fail` can do to a request.
-FAULT_KINDS = ("503", "500", "reset", "stall")
+#: What `LatencyProxy.fail` can do to a request: an error answer, a reset connection, no answer at
+#: all, or the answer's body cut in its middle (the connection then reset).
+FAULT_KINDS = ("503", "500", "reset", "stall", "cut")
 
 _ERRORS = {
     "503": (b"503 Slow Down", b"SlowDown", b"Please reduce your request rate."),
@@ -63,6 +74,17 @@ class _Fault:
     count: int
     kind: str
     match: str | None
+    retry_after: str | None = None
+
+
+@dataclass
+class _Chaos:
+    every: int
+    kinds: Sequence[str]
+    most: int
+    match: str | None
+    seen: int = 0
+    given: dict[str, int] = field(default_factory=dict)  # request identity -> faults it got
 
 
 @dataclass
@@ -93,6 +115,17 @@ class _Head:
                 expect = value == b"100-continue"
         return cls(first, lines, length, chunked, close, expect)
 
+    def header(self, name: bytes) -> str:
+        """The value of header ``name`` (lower case), or ""."""
+        for line in self.lines:
+            key, _, value = line.partition(b":")
+            if key.strip().lower() == name:
+                return value.strip().decode("latin-1")
+        return ""
+
+    def with_first(self, first: bytes) -> _Head:
+        return _Head(first, self.lines, self.length, self.chunked, self.close, self.expect_continue)
+
     def encode(self, drop: tuple[bytes, ...] = ()) -> bytes:
         kept = [line for line in self.lines if line.partition(b":")[0].strip().lower() not in drop]
         return b"\r\n".join([self.first, *kept, b"", b""])
@@ -108,17 +141,22 @@ class LatencyProxy:
 
     Counters (read them from any thread): `requests` (every request, faulted ones included),
     `bytes_sent` (response bytes written to clients), `faults` (requests that got a fault),
-    `most_waiting` (the most requests in their latency wait at once: above 1, they overlapped).
+    `most_waiting` (the most requests in their latency wait at once: above 1, they overlapped),
+    `tunnels` (CONNECTs, as a forward proxy).
     """
 
-    def __init__(self, upstream: str, latency: float = 0.02, host: str = "127.0.0.1", port: int = 0) -> None:
-        parts = urlsplit(upstream)
-        if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"upstream must be http://HOST:PORT, got {upstream!r}")
-        self.upstream = (parts.hostname, parts.port or 80)
+    def __init__(self, upstream: str | None, latency: float = 0.02, host: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None) -> None:
+        self.upstream: tuple[str, int] | None = None
+        if upstream is not None:
+            parts = urlsplit(upstream)
+            if parts.scheme != "http" or not parts.hostname:
+                raise ValueError(f"upstream must be http://HOST:PORT, got {upstream!r}")
+            self.upstream = (parts.hostname, parts.port or 80)
         self.latency = latency
         self.host, self.port = host, port
-        self.requests = self.bytes_sent = self.faults = 0
+        self.tls = tls
+        self.requests = self.bytes_sent = self.faults = self.tunnels = 0
+        self._chaos: _Chaos | None = None
         self.waiting = self.most_waiting = 0  # requests in their latency wait: now, and at most at once
         self._faults: list[_Fault] = []
         self._lock = threading.Lock()
@@ -131,7 +169,7 @@ class LatencyProxy:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -141,7 +179,7 @@ class LatencyProxy:
             return self
         loop = self._loop = asyncio.new_event_loop()
         try:
-            self._server = loop.run_until_complete(asyncio.start_server(self._serve, self.host, self.port, limit=BLOCK))
+            self._server = loop.run_until_complete(asyncio.start_server(self._serve, self.host, self.port, limit=BLOCK, ssl=self.tls))
         except BaseException:
             loop.close()
             self._loop = None
@@ -180,32 +218,42 @@ class LatencyProxy:
     def stats(self) -> dict[str, int]:
         """The counters, as ``GET /__stats`` answers them."""
         with self._lock:
-            return {"requests": self.requests, "bytes_sent": self.bytes_sent, "faults": self.faults, "most_waiting": self.most_waiting}
+            return {"requests": self.requests, "bytes_sent": self.bytes_sent, "faults": self.faults, "most_waiting": self.most_waiting, "tunnels": self.tunnels}
 
     def reset_counters(self) -> None:
         with self._lock:
-            self.requests = self.bytes_sent = self.faults = self.most_waiting = 0
+            self.requests = self.bytes_sent = self.faults = self.most_waiting = self.tunnels = 0
 
-    def fail(self, count: int, kind: str, match: str | None = None) -> None:
+    def fail(self, count: int, kind: str, match: str | None = None, retry_after: float | str | None = None) -> None:
         """Give the next `count` requests (those whose path contains `match`, if given) a fault.
 
-        Kinds: ``"503"`` (S3's SlowDown XML error, status 503), ``"500"`` (InternalError),
-        ``"reset"`` (the client's connection is reset, unanswered), ``"stall"`` (no answer: the
-        connection is held open until the client closes it). Calls add up: each call's faults
-        are used in turn, after those of earlier calls that match.
+        Kinds: ``"503"`` (S3's SlowDown XML error, status 503; with ``Retry-After: retry_after``
+        if given), ``"500"`` (InternalError), ``"reset"`` (the client's connection is reset,
+        unanswered), ``"stall"`` (no answer: the connection is held open until the client closes
+        it), ``"cut"`` (the request is forwarded; its answer's head and half its body are sent,
+        then the connection is reset). Calls add up: each call's faults are used in turn, after
+        those of earlier calls that match.
         """
-        if kind not in FAULT_KINDS:
-            raise ValueError(f"unknown fault kind {kind!r}: expected one of {', '.join(FAULT_KINDS)}")
+        _check_kind(kind)
         if count > 0:
             with self._lock:
-                self._faults.append(_Fault(count, kind, match))
+                self._faults.append(_Fault(count, kind, match, None if retry_after is None else str(retry_after)))
+
+    def chaos(self, every: int = 3, kinds: Sequence[str] = ("503", "reset", "cut"), most: int = 2, match: str | None = None) -> None:
+        """From now on fault every `every`-th request (of those whose path contains `match`), the
+        `kinds` in turn, but no request (method, target, Range) more than `most` times."""
+        for kind in kinds:
+            _check_kind(kind)
+        with self._lock:
+            self._chaos = _Chaos(every, tuple(kinds), most, match)
 
     def clear_faults(self) -> None:
-        """Drop the faults that `fail` set and no request has used yet."""
+        """Drop the faults that `fail` set and no request has used yet, and stop `chaos`."""
         with self._lock:
             self._faults.clear()
+            self._chaos = None
 
-    def _take_fault(self, path: str) -> str | None:
+    def _take_fault(self, path: str, identity: str) -> _Fault | None:
         with self._lock:
             for fault in self._faults:
                 if fault.match is None or fault.match in path:
@@ -213,7 +261,14 @@ class LatencyProxy:
                     if fault.count == 0:
                         self._faults.remove(fault)
                     self.faults += 1
-                    return fault.kind
+                    return fault
+            chaos = self._chaos
+            if chaos is not None and (chaos.match is None or chaos.match in path):
+                chaos.seen += 1
+                if chaos.seen % chaos.every == 0 and chaos.given.get(identity, 0) < chaos.most:
+                    chaos.given[identity] = chaos.given.get(identity, 0) + 1
+                    self.faults += 1
+                    return _Fault(1, chaos.kinds[(chaos.seen // chaos.every - 1) % len(chaos.kinds)], None)
         return None
 
     def _count(self, requests: int = 0, sent: int = 0) -> None:
@@ -227,7 +282,8 @@ class LatencyProxy:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
-        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter, tuple[str, int]] | None = None
+        where: tuple[str, int] = ("", 0)
         try:
             while True:
                 try:
@@ -236,6 +292,15 @@ class LatencyProxy:
                     return  # the client closed its connection (between requests, as keep-alive does)
                 request = _Head.parse(raw)
                 method, target = (request.first.split(b" ") + [b"", b""])[:2]
+                if self.upstream is None and not target.startswith(b"/"):  # a forward proxy: the target names the server
+                    if method == b"CONNECT":
+                        await self._tunnel(target.decode("latin-1"), reader, writer)
+                        return
+                    where, target = _origin_form(target)
+                    request = request.with_first(b" ".join([method, target, request.first.rsplit(b" ", 1)[-1]]))
+                    if upstream is not None and upstream[2] != where:
+                        upstream[1].close()
+                        upstream = None
                 path = target.decode("latin-1")
                 if path == "/__stats":
                     await self._drain_body(reader, writer, request)
@@ -246,7 +311,8 @@ class LatencyProxy:
                 self._count(requests=1)
                 if self.log is not None:
                     self.log.append(f"{method.decode('latin-1')} {path}")
-                kind = self._take_fault(path)
+                fault = self._take_fault(path, f"{method.decode('latin-1')} {path} {request.header(b'range')}")
+                kind = fault.kind if fault is not None else None
                 if kind != "stall":
                     with self._lock:
                         self.waiting += 1
@@ -263,15 +329,17 @@ class LatencyProxy:
                     while await reader.read(BLOCK):
                         pass
                     return
-                if kind is not None:
+                if kind is not None and kind != "cut":
+                    assert fault is not None
                     await self._drain_body(reader, writer, request)
-                    await self._error(writer, kind, path, head_only=method == b"HEAD")
+                    await self._error(writer, kind, path, head_only=method == b"HEAD", retry_after=fault.retry_after)
                     continue
                 if upstream is None or upstream[0].at_eof():
                     if upstream is not None:
                         upstream[1].close()
-                    upstream = await asyncio.open_connection(*self.upstream, limit=BLOCK)
-                if not await self._forward(reader, writer, upstream, request, method == b"HEAD"):
+                    address = self.upstream or where
+                    upstream = (*await asyncio.open_connection(*address, limit=BLOCK), address)
+                if not await self._forward(reader, writer, (upstream[0], upstream[1]), request, method == b"HEAD", cut=kind == "cut"):
                     return
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
             return  # either side broke the exchange off: drop this connection, as a store would
@@ -283,8 +351,9 @@ class LatencyProxy:
                 upstream[1].close()
             writer.close()
 
-    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter], request: _Head, head_only: bool) -> bool:
-        """One exchange: the request to upstream, its response back. False if the connection must close."""
+    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter], request: _Head, head_only: bool, cut: bool = False) -> bool:
+        """One exchange: the request to upstream, its response back (``cut``: half its body, then
+        a reset). False if the connection must close."""
         up_reader, up_writer = upstream
         if request.expect_continue:
             writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -299,6 +368,13 @@ class LatencyProxy:
             self._count(sent=len(head))
             if not 100 <= status < 200:
                 break
+        if cut and response.length and not head_only:
+            half = await up_reader.readexactly(response.length // 2)
+            writer.write(half)
+            self._count(sent=len(half))
+            await writer.drain()
+            _reset(writer)
+            return False
         if head_only or status in _NO_BODY_STATUS:
             pass
         elif response.chunked or response.length is not None:
@@ -316,19 +392,60 @@ class LatencyProxy:
             writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         await _copy_body(reader, None, request)
 
-    async def _error(self, writer: asyncio.StreamWriter, kind: str, path: str, head_only: bool) -> None:
+    async def _tunnel(self, target: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """``CONNECT host:port``: a connection to it, then the bytes copied both ways until either side closes."""
+        host, _, port = target.rpartition(":")
+        with self._lock:
+            self.tunnels += 1
+        try:
+            up_reader, up_writer = await asyncio.open_connection(host.strip("[]"), int(port), limit=BLOCK)
+        except OSError:
+            writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+            return
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await writer.drain()
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+                while data := await src.read(BLOCK):
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        try:
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        finally:
+            up_writer.close()
+
+    async def _error(self, writer: asyncio.StreamWriter, kind: str, path: str, head_only: bool, retry_after: str | None = None) -> None:
         status, code, message = _ERRORS[kind]
         body = b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code><Message>%s</Message><Resource>%s</Resource><RequestId>im2rec-proxy</RequestId></Error>' % (
             code,
             message,
             path.encode("latin-1").replace(b"&", b"&amp;").replace(b"<", b"&lt;"),
         )
-        data = b"HTTP/1.1 %s\r\nContent-Type: application/xml\r\nContent-Length: %d\r\n\r\n" % (status, len(body))
+        extra = b"Retry-After: %s\r\n" % retry_after.encode() if retry_after is not None else b""
+        data = b"HTTP/1.1 %s\r\nContent-Type: application/xml\r\n%sContent-Length: %d\r\n\r\n" % (status, extra, len(body))
         if not head_only:
             data += body
         writer.write(data)
         self._count(sent=len(data))
         await writer.drain()
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in FAULT_KINDS:
+        raise ValueError(f"unknown fault kind {kind!r}: expected one of {', '.join(FAULT_KINDS)}")
+
+
+def _origin_form(target: bytes) -> tuple[tuple[str, int], bytes]:
+    """``http://host:port/p?q`` -> ``((host, port), b"/p?q")``: what a forward proxy connects to and sends."""
+    parts = urlsplit(target.decode("latin-1"))
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"a forward proxy takes absolute http:// targets, got {target[:80]!r}")
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return (parts.hostname, parts.port or 80), path.encode("latin-1")
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:
