@@ -617,10 +617,16 @@ def test_tell_and_context_manager(tmp_path):
 
 
 @pytest.mark.slow
-def test_format_core_imports_no_click_cv2_tqdm():
-    code = "import sys, im2rec, im2rec.recordio; print(sorted(m for m in ('click', 'cv2', 'tqdm') if m in sys.modules))"
+def test_format_core_imports_no_click_cv2_tqdm_nor_storage():
+    """Nor sockets, TLS or XML: the format core reads URLs through ``recordio.URLS``, which
+    imports storage at the first URL."""
+    unwanted = ("click", "cv2", "tqdm", "im2rec.storage", "socket", "ssl", "xml.etree.ElementTree", "fsspec")
+    code = f"import sys, im2rec, im2rec.recordio; print(sorted(m for m in {unwanted!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+    code = "import sys, im2rec.recordio as r; r.RecordReader('memory://nothing/x.rec')"
+    failed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert failed.returncode == 1 and failed.stderr.strip().endswith("im2rec.errors.ObjectMissing: memory://nothing/x.rec: no such object (or its bucket does not exist)")
 
 
 @pytest.mark.parametrize("word", range(6))

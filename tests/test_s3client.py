@@ -2,6 +2,7 @@
 real S3 server on loopback (SeaweedFS, which checks signatures), with the latency/fault proxy."""
 
 import datetime
+import hashlib
 import os
 import time
 
@@ -9,8 +10,8 @@ import pytest
 from conftest import s3_endpoint
 
 from im2rec import storage
-from im2rec.storage import s3client
-from im2rec.storage.s3client import AccessDenied, Credentials, NoSuchObject, S3Client, S3Error
+from im2rec.storage import StorageError, s3client, store_for
+from im2rec.storage.s3client import Credentials, S3Client, S3Error
 from im2rec.testing.proxy import LatencyProxy
 
 KEYS = ["plain.bin", "a b+c/ü=1&x.bin", "dir/sub/~tilde_(1).rec", "percent%20.jpg"]
@@ -19,9 +20,7 @@ KEYS = ["plain.bin", "a b+c/ü=1&x.bin", "dir/sub/~tilde_(1).rec", "percent%20.j
 @pytest.fixture(scope="module")
 def s3():
     with s3_endpoint() as endpoint:
-        client = s3client.client_for("s3://c/x")
-        assert client is not None
-        yield endpoint, client
+        yield endpoint
 
 
 @pytest.fixture
@@ -56,46 +55,38 @@ def test_the_signature_is_botocore_s(monkeypatch):
 
 @pytest.mark.slow
 def test_objects_round_trip_with_keys_that_need_encoding(s3, bucket):
-    _, client = s3
+    store = store_for("s3://x")
     for i, key in enumerate(KEYS):
         body = bytes([i]) * (1000 + i)
-        etag = client.put(bucket, key, body)
-        assert etag and client.get(bucket, key) == body
-        assert client.get(bucket, key, 10, 20) == body[10:20]
-        assert client.head(bucket, key) == {"size": len(body), "etag": etag}
-    assert client.has_prefix(bucket, "dir/") and not client.has_prefix(bucket, "nothing/")
+        url = f"s3://{bucket}/{key}"
+        store.put(url, body)
+        assert store.get(url) == body and store.get_range(url, 10, 20) == body[10:20]
+        assert store.head(url) == storage.Info(len(body), f'"{hashlib.md5(body).hexdigest()}"')
+    assert store.exists(f"s3://{bucket}/dir/") and not store.exists(f"s3://{bucket}/nothing/")
+    assert sorted(store.list_prefix(f"s3://{bucket}")) == sorted(KEYS)
+    store.delete([f"s3://{bucket}/{k}" for k in KEYS])
+    assert store.list_prefix(f"s3://{bucket}") == []
 
 
 @pytest.mark.slow
-def test_errors_are_said_in_the_store_s_words(s3, bucket):
-    _, client = s3
-    with pytest.raises(NoSuchObject) as e:
-        client.get(bucket, "missing.bin")
-    assert e.value.code == "NoSuchKey" and e.value.status == 404
-    assert str(storage.storage_error(f"s3://{bucket}/missing.bin", e.value)) == f"s3://{bucket}/missing.bin: no such object"
-    with pytest.raises(NoSuchObject) as e:
-        client.get("no-such-bucket", "x")
-    assert str(storage.storage_error("s3://no-such-bucket/x", e.value)) == "s3://no-such-bucket/x: the bucket no-such-bucket does not exist (or these credentials cannot see it)"
-    wrong = S3Client(s3client.config_for({"key": os.environ["AWS_ACCESS_KEY_ID"], "secret": "wrong"}))
-    with pytest.raises(AccessDenied) as e:
-        wrong.get(bucket, "missing.bin")
-    assert e.value.code == "SignatureDoesNotMatch" and str(storage.storage_error("s3://b/k", e.value)).startswith("s3://b/k: access denied: 403 SignatureDoesNotMatch: ")
-    closed = S3Client(s3client.config_for({"endpoint_url": "http://127.0.0.1:9"}))
-    with pytest.raises(S3Error, match=r"cannot reach http://127.0.0.1:9: Connection refused") as e:
-        closed.get(bucket, "x")
-    assert not storage.retries.permanent(e.value)  # retried by the callers
+def test_a_body_is_sent_with_its_content_md5_which_the_store_checks(s3, bucket):
+    client = s3client.client_for("s3://x")
+    with pytest.raises(S3Error) as e:
+        client.request("PUT", bucket, "bad.bin", body=b"what is sent", headers={"Content-MD5": s3client.content_md5(b"what was meant")})
+    assert e.value.status == 400 and e.value.code == "BadDigest"  # so a body damaged on its way is refused, not stored
+    client.request("PUT", bucket, "good.bin", body=b"what is sent")
 
 
 @pytest.mark.slow
 def test_a_multipart_upload_appears_whole_or_leaves_nothing(s3, bucket, tmp_path, monkeypatch):
-    _, client = s3
+    store = store_for("s3://x")
     data = os.urandom((5 << 20) * 2 + 1234)
     (tmp_path / "big").write_bytes(data)
     storage.upload(str(tmp_path / "big"), f"s3://{bucket}/big.bin")  # parts of 16 MB: one PUT
-    assert client.get(bucket, "big.bin") == data
+    assert store.get(f"s3://{bucket}/big.bin") == data
     with open(tmp_path / "big", "rb") as src:
         storage.upload_stream(src, f"s3://{bucket}/parts.bin", block_size=5 << 20)  # three parts, two at once
-    assert client.get(bucket, "parts.bin") == data and client.head(bucket, "parts.bin")["etag"].endswith('-3"')
+    assert store.get(f"s3://{bucket}/parts.bin") == data and store.head(f"s3://{bucket}/parts.bin").etag.endswith('-3"')
 
     class Failing:
         def __init__(self):
@@ -107,18 +98,19 @@ def test_a_multipart_upload_appears_whole_or_leaves_nothing(s3, bucket, tmp_path
                 raise OSError("the disk went away")
             return b"x" * n
 
-    with pytest.raises(storage.StorageError, match=rf"s3://{bucket}/torn.bin: OSError: the disk went away"):
+    with pytest.raises(storage.StorageError, match=rf"^s3://{bucket}/torn.bin: OSError: the disk went away$"):
         storage.upload_stream(Failing(), f"s3://{bucket}/torn.bin", block_size=5 << 20)
-    assert not storage.exists(f"s3://{bucket}/torn.bin") and client.uploads(bucket, "torn") == []  # aborted
+    assert not storage.exists(f"s3://{bucket}/torn.bin") and store.uploads(f"s3://{bucket}/torn.bin") == []  # aborted
 
 
 @pytest.mark.slow
 def test_the_streamed_rec_upload_aborts_stale_uploads_and_completes(s3, bucket, tmp_path):
-    _, client = s3
-    stale = client.create_upload(bucket, "out.rec")  # a killed run's
+    store = store_for("s3://x")
+    url = f"s3://{bucket}/out.rec"
+    stale = store.create_upload(url)  # a killed run's
     local = tmp_path / "out.rec"
-    streamer = storage.Streamer(f"s3://{bucket}/out.rec", str(local), upload_part=5 << 20)
-    assert [u for _, u in client.uploads(bucket, "out.rec")] == [streamer.upload_id] != [stale]
+    streamer = storage.Streamer(url, str(local), upload_part=5 << 20)
+    assert store.uploads(url) == [streamer.upload_id] != [stale]
     data = os.urandom(12 << 20)
     with open(local, "wb") as f:
         for i in range(0, len(data), 1 << 20):
@@ -126,7 +118,8 @@ def test_the_streamed_rec_upload_aborts_stale_uploads_and_completes(s3, bucket, 
             f.flush()
             streamer.feed(f.tell(), f.flush)
     streamer.finish(len(data))
-    assert client.get(bucket, "out.rec") == data and client.uploads(bucket, "out.rec") == []
+    assert store.get(url) == data and store.uploads(url) == []
+    assert streamer.tally.requests == 1 + 1 + 1 + 3 + 1  # list, abort the stale one, create, 3 parts, complete
 
 
 @pytest.mark.slow
@@ -134,14 +127,15 @@ def test_the_streamed_rec_upload_aborts_stale_uploads_and_completes(s3, bucket, 
 def test_a_forked_child_reads_with_connections_of_its_own(s3, bucket):
     """What a DataLoader worker does: the parent has used the client (connections, its thread
     pool); the child's requests work, where obstore's tokio runtime would hang."""
-    _, client = s3
-    client.put(bucket, "f.bin", b"forked" * 1000)
-    assert client.map(lambda r: client.get(bucket, "f.bin", *r), [(0, 6), (6, 12)]) == [b"forked", b"forked"]
+    store = store_for("s3://x")
+    url = f"s3://{bucket}/f.bin"
+    store.put(url, b"forked" * 1000)
+    assert store.get_ranges(url, [(0, 6), (6, 12)]) == [b"forked", b"forked"]
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report through the pipe, never return into pytest
         try:
-            got = client.map(lambda r: client.get(bucket, "f.bin", *r), [(0, 6), (6, 12)])
+            got = store.get_ranges(url, [(0, 6), (6, 12)])
             os.write(write, b"ok" if got == [b"forked", b"forked"] else repr(got).encode())
         except BaseException as e:
             os.write(write, repr(e).encode())
@@ -157,36 +151,36 @@ def test_a_forked_child_reads_with_connections_of_its_own(s3, bucket):
             os.waitpid(pid, 0)
     assert os.read(read, 1000) == b"ok"
     os.close(read)
+    assert store.get(url) == b"forked" * 1000  # and the parent's connections still serve it
 
 
 @pytest.mark.slow
 def test_transient_faults_are_retried_and_counted_through_the_proxy(s3, bucket, monkeypatch):
-    endpoint, client = s3
+    endpoint = s3
     monkeypatch.setattr(storage.retries, "RETRY_DELAY", 0.01)
-    client.put(bucket, "r.bin", bytes(range(256)) * 100)
+    store_for("s3://x").put(f"s3://{bucket}/r.bin", bytes(range(256)) * 100)
     with LatencyProxy(endpoint, latency=0.005) as proxy:
         options = {"endpoint_url": proxy.url, "config_kwargs": {"read_timeout": 2}}
-        for kind in ("503", "500", "reset", "stall"):
+        for kind in ("503", "500", "reset", "stall", "cut"):
             source = storage.RemoteSource(f"s3://{bucket}/r.bin", options)
             proxy.fail(2, kind)
             assert source[100:200] == (bytes(range(256)) * 100)[100:200]
-            assert source.retried == 2 and source.requests == 3, kind
+            assert source.retried == 2 and source.requests == 1 + 3, kind  # the HEAD, then 3 attempts
         source = storage.RemoteSource(f"s3://{bucket}/r.bin", options)
         proxy.fail(storage.RETRIES + 1, "503")
-        with pytest.raises(storage.StorageError, match=rf"^s3://{bucket}/r.bin: 503 SlowDown: .* \(reading bytes 0-25600 after 4 retries\)$"):
+        with pytest.raises(storage.StorageError, match=rf"^s3://{bucket}/r.bin: 503 SlowDown: .* \(reading bytes 0-25600, after 5 attempts\)$"):
             source[0:10]
         proxy.clear_faults()
 
 
-@pytest.mark.slow
 def test_when_it_declines_s3fs_does_the_work(monkeypatch):
     assert s3client.client_for("gs://b/k") is None
     assert s3client.config_for({"requester_pays": True}) is None  # an option it does not know
     assert s3client.config_for({"client_kwargs": {"use_ssl": False}}) is None
     assert s3client.config_for({"key": "k", "secret": "s"}) is not None
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
-    assert s3client.config_for({}) is None  # botocore knows how to go through a proxy; this client does not
-    monkeypatch.delenv("HTTPS_PROXY")
+    assert s3client.config_for({}) is not None  # a proxy: this client goes through it (tests/test_store.py)
+    assert s3client.config_for({"config_kwargs": {"proxies": {"https": "http://p:1"}}}).proxies == (("https", "http://p:1"),)
     monkeypatch.setenv("IM2REC_S3_CLIENT", "fsspec")
     assert s3client.config_for({}) is None
 
@@ -249,14 +243,13 @@ class _Scripted:
         self.listener.close()
 
 
-def _client_of(server, monkeypatch):
+def _store_of(server, monkeypatch, retries=0):
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.port}")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    monkeypatch.setattr(storage.retries, "RETRY_DELAY", 0.01)
     s3client.forget_clients()
-    client = s3client.client_for("s3://b/x")
-    assert client is not None
-    return client
+    return store_for("s3://b/x", retries=retries)
 
 
 def test_answers_are_read_by_length_chunks_or_to_the_end(monkeypatch):
@@ -269,30 +262,90 @@ def test_answers_are_read_by_length_chunks_or_to_the_end(monkeypatch):
         b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\nLast-Modified: Tue, 01 Dec 2026 00:00:00 GMT\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end",
     ])
-    client = _client_of(server, monkeypatch)
-    assert client.get("b", "one") == b"hello"
-    assert client.get("b", "two") == b"abcdefg"
-    assert client.get("b", "three", 0, 2) == b"xy"
-    assert client.head("b", "four")["size"] == 1234
-    assert client.get("b", "five") == b"until the end"
+    store = _store_of(server, monkeypatch)
+    assert store.get("s3://b/one") == b"hello"
+    assert store.get("s3://b/two") == b"abcdefg"
+    assert store.get_range("s3://b/three", 0, 2) == b"xy"
+    assert store.head("s3://b/four").size == 1234
+    assert store.get("s3://b/five") == b"until the end"
     server.thread.join(10)
     assert [r.split(b" ")[1] for r in server.requests] == [b"/b/one", b"/b/two", b"/b/three", b"/b/four", b"/b/five"]
     assert b"Range: bytes=0-1" in server.requests[2] and server.requests[3].startswith(b"HEAD ")
 
 
-def test_an_answer_cut_short_is_a_dropped_connection_named(monkeypatch):
-    """A server that closes mid-body, or after a garbled status line: an S3Error (an OSError,
-    retried by storage) naming what happened, and the next request opens a new connection."""
+def test_garbage_answers_are_said_in_words_naming_the_url(monkeypatch):
+    """A server that closes mid-body or mid-head, answers what is not HTTP, a chunk size that is
+    not hexadecimal, a Content-Length that is not a number, a header line without a colon: a
+    StorageError that says so and names the URL; the next request opens a new connection."""
     server = _Scripted([
         b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten b", None,
+        b"HTTP/1.1 200 OK\r\nContent-Le", None,
         b"SMTP ready\r\n\r\n", None,
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", None,
+        b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n", None,
+        b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", None,
         b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
     ])
-    client = _client_of(server, monkeypatch)
-    with pytest.raises(S3Error) as cut:
-        client.get("b", "k")
-    assert str(cut.value) == f"GET b/k: ConnectionClosed from http://127.0.0.1:{server.port}: the server closed the connection after 10 of 100 bytes"
-    with pytest.raises(S3Error) as garbled:
-        client.get("b", "k")
-    assert str(garbled.value) == f"GET b/k: ConnectionClosed from http://127.0.0.1:{server.port}: not an HTTP answer: 'SMTP ready'"
-    assert client.get("b", "k") == b"ok"
+    store = _store_of(server, monkeypatch)
+    origin = f"http://127.0.0.1:{server.port}"
+    said = []
+    for _ in range(6):
+        with pytest.raises(StorageError) as e:
+            store.get("s3://b/k")
+        said.append(str(e.value))
+    assert said == [
+        f"s3://b/k: {origin} closed the connection after 10 of 100 bytes",
+        f"s3://b/k: {origin} closed the connection in the middle of its answer's head",
+        f"s3://b/k: the server's answer is not valid HTTP: a status line that is not HTTP/1.x ('SMTP ready') ({origin})",
+        f"s3://b/k: the server's answer is not valid HTTP: a chunk size that is not hexadecimal (b'zz') ({origin})",
+        f"s3://b/k: the server's answer is not valid HTTP: a Content-Length that is not a number ('ten') ({origin})",
+        f"s3://b/k: the server's answer is not valid HTTP: a header line without a name and a colon ('no colon here') ({origin})",
+    ]
+    assert store.get("s3://b/k") == b"ok"
+
+
+def test_garbage_is_not_retried_but_a_cut_answer_is(monkeypatch):
+    server = _Scripted([b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\ncut", None, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", b"SMTP\r\n\r\n", None])
+    store = _store_of(server, monkeypatch, retries=3)
+    assert store.get("s3://b/k") == b"ok" and store.tally.retried == 1
+    with pytest.raises(StorageError, match=r"not valid HTTP") as e:
+        store.get("s3://b/k")
+    assert e.value.attempts == 1 and not e.value.transient
+
+
+def _answer(status, body):
+    return b"HTTP/1.1 %d X\r\nContent-Length: %d\r\n\r\n%s" % (status, len(body), body)
+
+
+def _complete_answers(etag):
+    return [
+        None,  # the first CompleteMultipartUpload: done by the store, its answer lost (the connection closed)
+        _answer(404, b"<Error><Code>NoSuchUpload</Code><Message>gone</Message></Error>"),
+        b'HTTP/1.1 200 OK\r\nContent-Length: 9\r\nETag: ' + etag + b"\r\n\r\n",
+    ]
+
+
+def test_a_complete_retried_into_no_such_upload_checks_the_object_s_etag(monkeypatch):
+    """AWS answers a second CompleteMultipartUpload with NoSuchUpload: the object is there with
+    the ETag its parts give, so the upload went through; with another ETag, it did not."""
+    parts = [(1, '"' + hashlib.md5(b"a").hexdigest() + '"'), (2, '"' + hashlib.md5(b"b").hexdigest() + '"')]
+    expected = storage.multipart.expected_etag(parts)
+    assert expected == '"' + hashlib.md5(hashlib.md5(b"a").digest() + hashlib.md5(b"b").digest()).hexdigest() + '-2"'
+    store = _store_of(_Scripted(_complete_answers(expected.encode())), monkeypatch, retries=2)
+    store.complete_upload("s3://b/k", "up1", parts)
+    store = _store_of(_Scripted(_complete_answers(b'"other-2"')), monkeypatch, retries=2)
+    with pytest.raises(StorageError, match=r"^s3://b/k: 404 NoSuchUpload: gone \(after 2 attempts\)$"):
+        store.complete_upload("s3://b/k", "up1", parts)
+
+
+def test_multipart_uploads_are_listed_page_by_page(monkeypatch):
+    def page(ids, more, marker=b""):
+        uploads = b"".join(b"<Upload><Key>k</Key><UploadId>" + i + b"</UploadId></Upload><Upload><Key>k2</Key><UploadId>x</UploadId></Upload>" for i in ids)
+        body = b"<ListMultipartUploadsResult><IsTruncated>" + (b"true" if more else b"false") + b"</IsTruncated><NextKeyMarker>k</NextKeyMarker><NextUploadIdMarker>" + marker + b"</NextUploadIdMarker>" + uploads + b"</ListMultipartUploadsResult>"
+        return _answer(200, body)
+
+    server = _Scripted([page([b"u1", b"u2"], True, b"u2"), page([b"u3"], False)])
+    store = _store_of(server, monkeypatch)
+    assert store.uploads("s3://b/k") == ["u1", "u2", "u3"]  # k2's not: another object
+    server.thread.join(10)
+    assert b"upload-id-marker=u2" in server.requests[1] and b"key-marker=k" in server.requests[1]

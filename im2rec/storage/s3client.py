@@ -316,7 +316,7 @@ class S3Client:
         """
         query = dict(query or {})
         sent_headers = dict(headers or {})
-        if body:
+        if body and "Content-MD5" not in sent_headers:
             sent_headers["Content-MD5"] = content_md5(body)
         for _ in range(2):  # a second time only after a redirect to the bucket's region
             scheme, host, path = self.where(bucket, key)
@@ -367,7 +367,7 @@ def _unanswered(connection: Connection, e: BaseException) -> str:
     if isinstance(e, (ProtocolError, TunnelRefused)):
         return f"{e} ({origin}{via})"
     if isinstance(e, ssl.SSLCertVerificationError):
-        return f"cannot reach {origin}: {e.verify_message or e.reason}: the certificate is not signed by a known authority (name the bundle that signs it in AWS_CA_BUNDLE)"
+        return f"cannot reach {origin}: its certificate does not verify ({e.verify_message or e.reason}); if a private authority signs it, name its bundle in AWS_CA_BUNDLE"
     if isinstance(e, TimeoutError):
         return f"{origin}{via} did not answer within {connection.timeout:g} s"
     if isinstance(e, ConnectionRefusedError):

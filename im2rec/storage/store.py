@@ -149,6 +149,8 @@ def storage_error(url: str, e: BaseException, attempts: int = 1, span: tuple[int
         cls, said = ObjectMissing, f"the bucket {split(url)[0]} does not exist (or these credentials cannot see it)"
     elif isinstance(e, NoSuchObject) and e.code == "NoSuchKey":
         cls, said = ObjectMissing, "no such object"
+    elif isinstance(e, NoSuchObject) and e.code:  # NoSuchUpload, and the like: the store's words
+        cls, said = ObjectMissing, e.said
     elif isinstance(e, FileNotFoundError):
         cls, said = ObjectMissing, "no such object (or its bucket does not exist)"
     elif isinstance(e, PermissionError):
@@ -389,11 +391,23 @@ class S3Store(_Retried):
     # -- multipart uploads ---------------------------------------------------- #
 
     def create_upload(self, url: str) -> str:
+        """A new multipart upload's id. A create retried after its answer was lost (not its work)
+        made an upload nobody knows of: once one answers, the key's others are aborted."""
         bucket, key = split(url)
-        body = self._run(url, lambda: self.client.request("POST", bucket, key, query={"uploads": ""}).body)
-        upload_id = xml_fields(body).get("UploadId")
+        tried = 0
+
+        def attempt() -> bytes:
+            nonlocal tried
+            tried += 1
+            return self.client.request("POST", bucket, key, query={"uploads": ""}).body
+
+        upload_id = xml_fields(self._run(url, attempt)).get("UploadId")
         if not upload_id:
             raise StorageError(f"{url}: the store's answer to CreateMultipartUpload has no UploadId")
+        if tried > 1:
+            for other in self.uploads(url):
+                if other != upload_id:
+                    self.abort_upload(url, other)
         return upload_id
 
     def upload_part(self, url: str, upload_id: str, number: int, body: bytes | memoryview) -> str:

@@ -11,6 +11,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ..errors import StorageError
+from . import multipart
 from .multipart import MIN_PART, UPLOAD_PART, UPLOAD_PARTS_IN_FLIGHT, abort_all, upload_part_size
 from .retries import Tally
 from .store import store_for
@@ -34,7 +35,7 @@ def upload_stream(src: Any, url: str, storage_options: Mapping[str, Any] | None 
             of ``src``); nothing is left under ``url``. Anything else, an interrupt included,
             is raised as it is, after the abort.
     """
-    store_for(url, storage_options).put_stream(url, src, block_size or UPLOAD_PART)
+    store_for(url, storage_options).put_stream(url, src, block_size or multipart.UPLOAD_PART)
 
 
 #: The largest part UploadPartCopy takes (5 GiB): a larger object is copied in ranges of this size.
@@ -95,10 +96,9 @@ class Streamer:
     same key are aborted when the next one starts. Its requests are counted in ``tally``.
     """
 
-    UPLOAD_PART = UPLOAD_PART
-
-    def __init__(self, url: str, local: str, storage_options: Mapping[str, Any] | None = None, upload_part: int = UPLOAD_PART):
-        self.url, self.local, self.upload_part = url, local, upload_part
+    def __init__(self, url: str, local: str, storage_options: Mapping[str, Any] | None = None, upload_part: int | None = None):
+        self.url, self.local = url, local
+        self.upload_part = upload_part or multipart.UPLOAD_PART  # read now: a test makes parts smaller
         self.tally = Tally()
         self.store = store_for(url, storage_options, tally=self.tally)
         self._parts: list[tuple[int, str]] = []

@@ -363,13 +363,17 @@ class LatencyProxy:
         while True:
             response = _Head.parse(await up_reader.readuntil(b"\r\n\r\n"))
             status = int(response.first.split(b" ", 2)[1])
+            final = not 100 <= status < 200
+            if cut and final and not (response.length and not head_only):  # no body to cut: the work done, the whole answer lost
+                _reset(writer)
+                return False
             head = response.encode()
             writer.write(head)
             self._count(sent=len(head))
-            if not 100 <= status < 200:
+            if final:
                 break
-        if cut and response.length and not head_only:
-            half = await up_reader.readexactly(response.length // 2)
+        if cut:  # the head and half the body, then a reset
+            half = await up_reader.readexactly((response.length or 0) // 2)
             writer.write(half)
             self._count(sent=len(half))
             await writer.drain()
