@@ -311,6 +311,11 @@ class PackFiles:
             self._streamer = storage.Streamer(self._stream_to, rec_p, self._storage_options)
         return resumed
 
+    @property
+    def retried(self) -> int:
+        """Requests of the streamed upload sent again after a transient failure."""
+        return self._streamer.tally.retried if self._streamer is not None else 0
+
     def _cut_after_last_record(self) -> Resumed:
         """Keep the complete records of the partial ``.rec`` and cut a torn record off its end.
 

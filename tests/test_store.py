@@ -382,3 +382,78 @@ def test_s3_options_only_s3fs_knows_go_to_fsspec_retried_by_the_seam(s3, bucket,
         store.get(f"s3://{bucket}/f.bin")
     proxy.clear_faults()
     assert e.value.transient
+
+
+# --------------------------------------------------------------------------- the commands through a failing store
+
+
+@pytest.mark.slow
+def test_every_command_gets_through_a_store_that_fails_one_request_in_three(s3, proxy, data_dir, tmp_path, monkeypatch, fast):
+    """Through the proxy, every third request fails (503 SlowDown, 500, a reset, an answer cut
+    short; none more than twice): each command's outputs are byte-identical to the same command's
+    on a direct connection, and the commands that report retries count them."""
+    from conftest import run
+
+    from im2rec import RecordDataset
+
+    monkeypatch.setenv("IM2REC_STAGING", str(tmp_path / "staging"))
+    monkeypatch.setattr(storage.multipart, "UPLOAD_PART", 5 << 20)  # the streamed .rec of 11.5 MB: 3 parts
+    golden, tree, faces = data_dir / "im2rec_pack_pass", data_dir / "tree", data_dir / "insightface"
+    seaweed().make_bucket("cmd")
+    put = direct()
+    for ext in ("rec", "idx", "lst"):
+        put.put(f"s3://cmd/all.{ext}", (golden / f"all.{ext}").read_bytes())
+    for name in ("train.rec", "train.idx", "property"):
+        put.put(f"s3://cmd/faces/{name}", (faces / name).read_bytes())
+    for path in sorted(p for p in tree.rglob("*") if p.is_file()):
+        put.put(f"s3://cmd/tree/{path.relative_to(tree).as_posix()}", path.read_bytes())
+    lines = (golden / "all.lst").read_text().splitlines()
+    (tmp_path / "big.lst").write_text("".join(f"{i}\t0\t{lines[i % len(lines)].rsplit(chr(9), 1)[1]}\n" for i in range(1000)))
+
+    def commands(p):
+        return [
+            ["list", "s3://cmd/tree", f"s3://cmd/{p}/lists/d"],
+            ["pack", golden / "all.lst", tree, f"s3://cmd/{p}/local.rec", "--pass-through"],
+            ["pack", tmp_path / "big.lst", tree, f"s3://cmd/{p}/big.rec", "--pass-through"],
+            ["pack", "s3://cmd/all.lst", "s3://cmd/tree", f"s3://cmd/{p}/s3.rec", "--resize", "32"],
+            ["pack", tmp_path / "big.lst", tree, f"s3://cmd/{p}/parts/p.rec", "--pass-through", "--num-parts", "2", "--part-index", "0"],
+            ["pack", tmp_path / "big.lst", tree, f"s3://cmd/{p}/parts/p.rec", "--pass-through", "--num-parts", "2", "--part-index", "1"],
+            ["merge", f"s3://cmd/{p}/merged.rec", f"s3://cmd/{p}/parts/p-*.rec"],
+            ["export", "s3://cmd/all.rec", f"s3://cmd/{p}/wds", "--format", "webdataset"],
+            ["import", f"s3://cmd/{p}/wds", f"s3://cmd/{p}/imported.rec", "--format", "webdataset"],
+            ["convert", "s3://cmd/faces/train.rec", f"s3://cmd/{p}/plain.rec", "--layout", "plain"],
+            ["verify", "s3://cmd/all.rec"],
+            ["inspect", "s3://cmd/all.rec", "--json"],
+            ["extract", "s3://cmd/all.rec", tmp_path / p / "extracted"],
+        ]
+
+    said = {}
+    for prefix, options in (("ref", []), ("run", ["--storage-option", f"endpoint_url={proxy.url}"])):
+        if prefix == "run":
+            proxy.reset_counters()
+            proxy.chaos(every=3, kinds=("503", "500", "reset", "cut"), most=2)
+        for command in commands(prefix):
+            result = run(*command, *options)
+            assert result.exit_code == 0, (prefix, command, result.output)
+            said[prefix, command[0], str(command[-1]).replace(prefix, "P")] = result.stdout.replace(f"/{prefix}/", "/P/")
+    proxy.clear_faults()
+    assert proxy.faults > 50, proxy.stats()  # (84 of 275 requests, here)
+    ref, got = sorted(put.list_prefix("s3://cmd/ref")), sorted(put.list_prefix("s3://cmd/run"))
+    assert ref == got and len(ref) > 20, (ref, got)
+    for name in ref:
+        assert put.get(f"s3://cmd/run/{name}") == put.get(f"s3://cmd/ref/{name}"), name
+    big = put.head("s3://cmd/run/big.rec")
+    assert put.uploads("s3://cmd/run/big.rec") == [] and big.etag.endswith(f'-{-(-big.size // (5 << 20))}"') and big.size > 10 << 20  # streamed in parts, whole
+    for folder in ("extracted",):
+        names = sorted(p.relative_to(tmp_path / "ref" / folder) for p in (tmp_path / "ref" / folder).rglob("*") if p.is_file())
+        assert names and all((tmp_path / "run" / folder / n).read_bytes() == (tmp_path / "ref" / folder / n).read_bytes() for n in names)
+    assert said["run", "verify", "s3://cmd/all.rec"] == said["ref", "verify", "s3://cmd/all.rec"]
+    assert said["run", "inspect", "--json"] == said["ref", "inspect", "--json"]
+    big = said["run", "pack", "--pass-through"]
+    assert big.startswith("packed 1,000 of 1,000 images into s3://cmd/P/big.rec") and big.rstrip().endswith(" requests retried"), big  # the streamed upload's retries
+    # and a training reader
+    proxy.chaos(every=3, kinds=("503", "500", "reset", "cut"), most=2)
+    remote = RecordDataset("s3://cmd/all.rec", mode="raw", storage_options={"endpoint_url": proxy.url})
+    local = RecordDataset(golden / "all.rec", mode="raw")
+    assert [remote[i] for i in range(len(local))] == [local[i] for i in range(len(local))] and remote.read_stats()["retried"] > 0
+    proxy.clear_faults()

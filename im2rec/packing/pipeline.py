@@ -419,6 +419,9 @@ def _run(source: Source, checked: Checked, dest: Plan, opts: PackOptions, progre
             # the source failed midway (a damaged shard): what came before it is not lost
             e.args = (f"{e}; what was packed before it is kept in {partial(out.rec)} ({summary.packed:,} packed): rerun with --resume once this is fixed (or --overwrite to start again)",)
         raise
+    finally:
+        if not opts.shard_size:
+            summary.retried += files.retried
     if opts.shard_size:
         summary.manifest = manifest_path(out.rec)
         summary.shards = [s.rec for s in shards.shards]

@@ -43,7 +43,7 @@ class PackSummary:
     manifest: str | None = None  # with shard_size: the manifest, and the shards
     shards: list[str] = field(default_factory=list)
     header_split: list[int] = field(default_factory=list)  # keys of records split inside their header
-    retried: int = 0  # a URL ROOT: requests retried after a transient failure
+    retried: int = 0  # requests to a store retried after a transient failure: the images fetched, the .rec streamed
     identities: int | None = None  # insightface layout: identity records written
     sha256: dict = field(default_factory=dict)  # URL outputs: URL -> sha256 of what was uploaded
     transparent: int = 0  # packed images that had transparency (alpha not all opaque)
