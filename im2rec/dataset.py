@@ -110,7 +110,8 @@ class RecordDataset:
         block_bytes: the size of a read block (records are grouped by the
             ``block_bytes``-aligned stretch of the file they start in).
         retries: for URLs, how often a transient failure (timeout, 5xx, throttling, a
-            dropped connection) is retried, with backoff, before the read fails.
+            dropped connection) is retried, with backoff, before the read fails; None: as
+            ``config_kwargs.retries`` in ``storage_options`` asks, else ``storage.RETRIES`` (4).
         index: the ``.idx`` of a single ``.rec`` that does not have it beside it.
         scan: a local ``.rec`` without an ``.idx`` is read through to find its records (keys
             0, 1, ... in file order; damaged bytes skipped, and logged) instead of refused.
@@ -141,7 +142,7 @@ class RecordDataset:
         cache_limit: int | str | None = None,
         read_blocks: bool | str = "auto",
         block_bytes: int = BLOCK_BYTES,
-        retries: int = storage.RETRIES,
+        retries: int | None = None,
         index: PathLike | None = None,
         scan: bool = False,
         on_missing: str = "raise",

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import StorageError
-from .retries import RETRIES, Tally
+from .retries import Tally
 from .store import Store, store_for
 
 __all__ = ["HOLD", "READAHEAD", "RemoteSource", "hold_at_least"]
@@ -99,7 +99,8 @@ class RemoteSource:
     concurrently (one request each), for a batch of records.
 
     Transient failures (timeouts, 5xx, throttling, dropped connections) are retried by the
-    store, ``retries`` times with backoff; ``requests``, ``retried`` and ``fetched`` count what
+    store, ``retries`` times with backoff (None: as ``config_kwargs.retries`` in the options
+    asks, else ``RETRIES``); ``requests``, ``retried`` and ``fetched`` count what
     was sent and received. A missing object or a denied access fails at once. With ``cache``
     (a ``cache.BlockCache``), ranges are looked up on local disk first and stored there once
     fetched.
@@ -120,7 +121,7 @@ class RemoteSource:
         *,
         etag: str | None = None,
         cache: Any = None,
-        retries: int = RETRIES,
+        retries: int | None = None,
     ):
         self.url = url
         self.storage_options = dict(storage_options or {})
