@@ -114,7 +114,7 @@ def run(python: str, code: str, kwargs: dict, env: dict) -> tuple[float, float, 
     """(seconds, peak MB, samples) of one contender's epoch in a process of its own."""
     out = CACHE / "bench_iter.out"
     script = f"import sys; sys.stdout = open({str(out)!r}, 'w')\n" + textwrap.dedent(code)
-    seconds, peak, _ = run_sampled([python, "-c", script, json.dumps(kwargs)], env)
+    seconds, peak, _, _ = run_sampled([python, "-c", script, json.dumps(kwargs)], env)
     return seconds, peak, json.loads(out.read_text().strip().splitlines()[-1])["samples"]
 
 

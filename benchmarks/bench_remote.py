@@ -9,7 +9,9 @@ im2rec.synthetic), then, best of --rounds:
 
 0. the clients alone: the same objects fetched by `storage.fetch_in_order` (pack's
    fetching) with im2rec's S3 client and with s3fs (`IM2REC_S3_CLIENT=fsspec`), and s3fs's
-   own concurrent `cat`: objects/s and CPU milliseconds per object (goal: under 1 ms);
+   own concurrent `cat`: objects/s and CPU milliseconds per object (goal: at most 0.3 ms);
+   then the transport: GETs on im2rec's HTTP/1.1 against urllib3's pool with the same
+   signer, and the signer against botocore's;
 1. `im2rec pack LIST s3://.../images OUT.rec --pass-through` (a subprocess, as a user
    runs it) against the floor: fsspec's own concurrent `cat` of the same objects
    (goal: the pack at least 0.8x of the floor's speed);
@@ -21,7 +23,8 @@ im2rec.synthetic), then, best of --rounds:
 5. `im2rec pack LIST s3://.../images s3://.../out.rec --resize 256` (re-encoding, every
    core: what a user types) against the same pack of the local copy to a local file,
    for --images ImageNet-like JPEGs and --large phone-sized photos (goal: at least 0.9x
-   the local speed, since fetching overlaps decoding), with the peak memory of all the
+   the local speed, since fetching overlaps decoding), the pack's own CPU (every process
+   of it, the store's excluded: goal at most 1.1x the local pack's), with the peak memory of all the
    processes (the sum of their PSS, sampled every 20 ms); and the same S3 pack with s3fs
    doing the fetching and uploading (`IM2REC_S3_CLIENT=fsspec`: the client before);
 6. outputs to the store: `convert --layout plain`, `merge` of two parts and `export --format
@@ -180,8 +183,63 @@ def clients(paths: list[str], args) -> None:
         cpu: list[float] = []
         seconds = best_of(lambda fn=fn, cpu=cpu: cpu.append(fn()), args.rounds)[0]
         results[name] = seconds
-        row(name, len(paths) / seconds, "objects/s", results["im2rec's S3 client (fetch_in_order)"] / seconds, f"CPU {min(cpu) / len(paths) * 1000:.2f} ms per object (goal < 1 ms)")
+        row(name, len(paths) / seconds, "objects/s", results["im2rec's S3 client (fetch_in_order)"] / seconds, f"CPU {min(cpu) / len(paths) * 1000:.2f} ms per object (goal <= 0.3 ms)")
     os.environ.pop("IM2REC_S3_CLIENT", None)
+    transports(paths[:500], args)
+
+
+def transports(paths: list[str], args) -> None:
+    """Section 0b: one GET after another of the same objects on im2rec's own HTTP/1.1 wire and on
+    urllib3's pool (http.client underneath), with the same signer; and the signer against
+    botocore's: why storage/http.py and s3client.sign are im2rec's own."""
+    import botocore.auth
+    import botocore.awsrequest
+    import botocore.credentials
+    import urllib3
+
+    from im2rec.storage import s3client
+
+    s3client.forget_clients()
+    client = s3client.client_for("s3://bench")
+    assert client is not None and client.config.endpoint
+    endpoint = client.config.endpoint
+    host = endpoint.split("//", 1)[1]
+    credentials = s3client.Credentials(os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"])
+    pool = urllib3.PoolManager(maxsize=4)
+    boto = botocore.auth.S3SigV4Auth(botocore.credentials.Credentials(credentials.access_key, credentials.secret_key), "s3", client.config.region)
+
+    def own() -> None:
+        for p in paths:
+            bucket, key = p.split("/", 1)
+            client.request("GET", bucket, key)
+
+    def on_urllib3() -> None:
+        for p in paths:
+            path = "/" + s3client.quote(p, safe="/~")
+            headers: dict = {}
+            s3client.sign("GET", host, path, {}, headers, s3client.EMPTY_SHA256, credentials, client.config.region)
+            assert pool.request("GET", endpoint + path, headers=headers, retries=False).data
+
+    def sign_own() -> None:
+        for p in paths:
+            s3client.sign("GET", host, "/" + p, {}, {}, s3client.EMPTY_SHA256, credentials, client.config.region)
+
+    def sign_botocore() -> None:
+        for p in paths:
+            boto.add_auth(botocore.awsrequest.AWSRequest("GET", endpoint + "/" + p, headers={}))
+
+    print(f"\nthe transport: {len(paths):,} GETs one after another, CPU per request in this process (best of {args.rounds})")
+    def cpu_of(fn) -> float:
+        start = cpu_seconds()
+        fn()
+        return cpu_seconds() - start
+
+    per = {}
+    for name, fn in (("im2rec's HTTP/1.1 (storage.http) + its signer", own), ("urllib3's pool + im2rec's signer", on_urllib3), ("im2rec's signer alone", sign_own), ("botocore's S3SigV4Auth alone", sign_botocore)):
+        per[name] = min(cpu_of(fn) for _ in range(args.rounds)) / len(paths) * 1000
+    first, _, signer, _ = per
+    for name, ms in per.items():
+        row(name, ms, "ms/request", ms / per[signer if "alone" in name else first])
 
 
 def outputs(fs, tmp: Path, env: dict, args) -> None:
@@ -294,6 +352,9 @@ def reencode(fs, tmp: Path, env: dict, args) -> None:
             row("the store on a core of its own: local", len(files) / t_lp, "images/s", 1.0, "both packs on the other cores")
             row("the store on a core of its own: s3:// to s3://", len(files) / t_sp, "images/s", t_lp / t_sp, "goal >= 0.9x")
             print("  per round, pinned, s3/local speed: " + ", ".join(f"{lr[0] / sr[0]:.2f}" for lr, sr in zip(runs["local-pinned"], runs["s3-pinned"])))
+        c_local, c_s3 = min(r[3] for r in runs["local"]), min(r[3] for r in runs["s3"])
+        row("the pack's own CPU, local", c_local / len(files) * 1000, "ms/image", 1.0, "every process of the pack")
+        row("the pack's own CPU, s3:// to s3://", c_s3 / len(files) * 1000, "ms/image", c_s3 / c_local, "the store's excluded; goal <= 1.1x")
         row("peak PSS of all processes, local", m_local, "MB", None, f"the main process: {p_local:,.0f} MB")
         row("peak PSS of all processes, s3", m_s3, "MB", None, f"+{m_s3 - m_local:,.0f} MB; the main process: {p_s3:,.0f} MB")
 

@@ -227,10 +227,17 @@ def tree_pss_kb(pid: int) -> tuple[int, int]:
     return total, top
 
 
-def run_sampled(cmd, env, cores: set[int] | None = None) -> tuple[float, float, float]:
-    """(seconds, peak MB of the summed PSS of the command's process tree, peak MB of its main process),
-    the PSS sampled every 20 ms; on `cores` only, if given."""
+def run_sampled(cmd, env, cores: set[int] | None = None) -> tuple[float, float, float, float]:
+    """(seconds, peak MB of the summed PSS of the command's process tree, peak MB of its main process,
+    CPU seconds of the whole tree), the PSS sampled every 20 ms; on `cores` only, if given."""
+    import resource
+
+    def children_cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # the reaped tree: its workers count in the command's
+        return usage.ru_utime + usage.ru_stime
+
     t = time.perf_counter()
+    cpu = children_cpu()
     pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, preexec_fn=pin)
     peak = top = 0
@@ -241,4 +248,4 @@ def run_sampled(cmd, env, cores: set[int] | None = None) -> tuple[float, float, 
     seconds = time.perf_counter() - t
     if proc.returncode:
         raise SystemExit(f"{' '.join(map(str, cmd))} failed with status {proc.returncode}")
-    return seconds, peak / 1024, top / 1024
+    return seconds, peak / 1024, top / 1024, children_cpu() - cpu
