@@ -241,6 +241,13 @@ def s3_endpoint():
             server.remove_buckets()
 
 
+def new_bucket(prefix: str) -> str:
+    """A new, empty bucket on this process's SeaweedFS (inside ``s3_endpoint``), named ``prefix`` and the time."""
+    name = f"{prefix}{time.monotonic_ns()}"
+    seaweed().make_bucket(name)
+    return name
+
+
 def put_folder(endpoint: str, folder, url: str):
     """Copy a local folder's files to ``url`` (``s3://bucket/prefix``) on the test S3, its bucket made; the filesystem."""
     import s3fs

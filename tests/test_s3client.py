@@ -7,7 +7,7 @@ import os
 import time
 
 import pytest
-from conftest import s3_endpoint
+from conftest import new_bucket, s3_endpoint
 
 from im2rec import storage
 from im2rec.storage import StorageError, s3client, store_for
@@ -25,11 +25,7 @@ def s3():
 
 @pytest.fixture
 def bucket(s3):
-    name = f"c{time.monotonic_ns()}"
-    from conftest import seaweed
-
-    seaweed().make_bucket(name)
-    return name
+    return new_bucket("c")
 
 
 def test_the_signature_is_botocore_s(monkeypatch):

@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from conftest import s3_endpoint, seaweed
+from conftest import new_bucket, s3_endpoint, seaweed
 
 from im2rec import storage
 from im2rec.storage import ObjectMissing, StorageError, s3client, store_for
@@ -36,9 +36,7 @@ def proxy(s3):
 
 @pytest.fixture
 def bucket(s3):
-    name = f"st{time.monotonic_ns()}"
-    seaweed().make_bucket(name)
-    return name
+    return new_bucket("st")
 
 
 @pytest.fixture

@@ -193,6 +193,11 @@ class _Retried:
             return e
 
 
+def _open_ranged(store: Store, url: str, block: int) -> BinaryIO:
+    """``Store.open``: the object read ``block`` bytes at a time by ranged GETs, each retried by the store."""
+    return io.BufferedReader(_Ranged(store, url, store.head(url).size), block)
+
+
 class _Ranged(io.RawIOBase):
     """An object read by ranged GETs, for ``Store.open`` (inside a ``BufferedReader``)."""
 
@@ -296,7 +301,7 @@ class S3Store(_Retried):
         return self.client.map(lambda r: self._try(url, self._getter(url, r), r), ranges)
 
     def open(self, url: str, block: int = OPEN_BLOCK) -> BinaryIO:
-        return io.BufferedReader(_Ranged(self, url, self.head(url).size), block)
+        return _open_ranged(self, url, block)
 
     def download(self, url: str, path: str) -> None:
         size = self.head(url).size
@@ -663,7 +668,7 @@ class FsspecStore(_Retried):
         return [f"{self.scheme}://{m.lstrip('/')}" if self.scheme != "file" else f"file://{m}" for m in matches]
 
     def open(self, url: str, block: int = OPEN_BLOCK) -> BinaryIO:
-        return self._run(url, lambda: self.fs.open(object_path(url), "rb", block_size=block))
+        return _open_ranged(self, url, block)  # each read a ranged GET, retried here (the driver's file would not be)
 
     def download(self, url: str, path: str) -> None:
         self._run(url, lambda: self.fs.get_file(object_path(url), path))
