@@ -378,3 +378,18 @@ def test_a_clean_pack_leaves_no_failure_list_and_removes_an_old_one(data_dir, tm
     assert not (tmp_path / "o.failed.tsv").exists()
     result = run("pack", lst, tree, tmp_path / "o.rec", "--resume")
     assert result.exit_code == 0 and "already complete" in result.stdout  # complete without a failure list
+
+
+def test_a_result_does_not_carry_its_fetched_bytes_back(data_dir):
+    """A task fetched from a store goes to a worker with its bytes; its Result comes back
+    without them (they would cross the pipe twice), and with the same record."""
+    from im2rec.packing.options import PackOptions
+    from im2rec.packing.pipeline import Task, encode_record
+
+    jpeg = next((data_dir / "tree").rglob("*.jpg"))
+    opts = PackOptions().image
+    fetched = encode_record(Task(7, 1.0, "a.jpg", "s3://b/a.jpg", data=jpeg.read_bytes()), opts)
+    read = encode_record(Task(7, 1.0, "a.jpg", str(jpeg)), opts)
+    assert fetched.task.data is None and fetched.framed == read.framed and fetched.framed is not None
+    failed = encode_record(Task(8, 1.0, "b.jpg", "s3://b/b.jpg", data=b"x", failed=("missing", "no such object")), opts)
+    assert failed.task.data is None and (failed.kind, failed.reason) == ("missing", "no such object")

@@ -253,11 +253,13 @@ def _read_file(path: str) -> bytes:
 
 
 def encode_record(task: Task, opts: ImageOptions) -> Result:
-    """Read, transform and pack one image. Never raises: a failure is a Result with a reason."""
+    """Read, transform and pack one image. Never raises: a failure is a Result with a reason.
+    The Result's task has no ``data``: fetched bytes go to a worker, and not back again."""
+    data, task = task.data, task._replace(data=None)
     try:
         if task.failed is not None:  # its fetch from a URL ROOT failed, or an import's sample
             return Result(task, None, *task.failed)
-        out = transform_image(task.data if task.data is not None else _read_file(task.file), opts, task.index)
+        out = transform_image(data if data is not None else _read_file(task.file), opts, task.index)
         payload = recordio.pack(recordio.IRHeader(0, task.label, task.index if task.header_id is None else task.header_id, task.id2), out.data)
         if len(payload) > recordio.MAX_RECORD_SIZE:
             return Result(task, None, "too-large", f"record of {len(payload):,} bytes is above RecordIO's 2**29-byte limit")
