@@ -82,7 +82,7 @@ class _Parsed(click.ParamType):
 
 
 class _PathOrURL(click.ParamType):
-    """A local file (or folder) that exists, or a URL (s3://, gs://, memory://, ...) read through fsspec."""
+    """A local file (or folder) that exists, or a URL (s3://, gs://, memory://, ...) read through its store."""
 
     def __init__(self, folder: bool | None = False):
         """``folder``: True for a folder, False for a file, None for either."""
@@ -134,7 +134,7 @@ storage_option = click.option(
     "storage_options",
     multiple=True,
     type=_Parsed("KEY=VALUE", storage.parse_storage_option),
-    help="For URLs: an fsspec option (repeat), e.g. endpoint_url=http://127.0.0.1:9000, anon=true; credentials otherwise come from the environment.",
+    help="For URLs: a storage option, s3fs's names (repeat), e.g. endpoint_url=http://127.0.0.1:9000, anon=true, config_kwargs.retries.total_max_attempts=2; credentials, proxies and AWS_CA_BUNDLE otherwise come from the environment.",
 )
 
 

@@ -478,7 +478,7 @@ def test_stats_json(data_dir, tmp_path):
     stats = json.loads((tmp_path / "a.json").read_text())
     assert stats["im2rec"] == __import__("im2rec").__version__
     assert stats["options"]["image"]["resize"] == 32 and stats["options"]["image"]["quality"] is None
-    assert stats["counts"] == {"images": 14, "packed": 14, "failed": 0, "failed_by_reason": {}}
+    assert stats["counts"] == {"images": 14, "packed": 14, "failed": 0, "failed_by_reason": {}, "requests_retried": 0}
     assert stats["bytes"] == (tmp_path / "a.rec").stat().st_size
     for key in ("rec", "idx"):
         path = stats["outputs"][key]["path"]

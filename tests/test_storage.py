@@ -310,9 +310,9 @@ def test_pack_through_failing_requests_loses_nothing(s3, data_dir, tmp_path, mon
     golden = data_dir / "im2rec_pack_pass"
     with LatencyProxy(s3, latency=0.001) as proxy:
         proxy.chaos(every=3, kinds=("503", "reset", "cut"), most=2, match="/tree/")
-        result = run("pack", golden / "all.lst", "s3://data/tree", tmp_path / "f.rec", "--pass-through", "--storage-option", f"endpoint_url={proxy.url}")
+        result = run("pack", golden / "all.lst", "s3://data/tree", tmp_path / "f.rec", "--pass-through", "--storage-option", f"endpoint_url={proxy.url}", "--stats", tmp_path / "s.json")
         assert result.exit_code == 0, result.output
-        assert proxy.faults >= 4
+        assert proxy.faults >= 4 and json.loads((tmp_path / "s.json").read_text())["counts"]["requests_retried"] == proxy.faults
     assert (tmp_path / "f.rec").read_bytes() == (golden / "all.rec").read_bytes()
     assert (tmp_path / "f.idx").read_bytes() == (golden / "all.idx").read_bytes()
     assert "0 failed; " in result.stdout and f"; {proxy.faults} requests retried" in result.stdout

@@ -135,7 +135,7 @@ def write_stats(path: str, summary: PackSummary, options: PackOptions, argv: lis
     """Write the JSON audit record of a run (atomically) and return it.
 
     It holds the im2rec version, the command line, every option, the counts
-    (packed, failed by reason), bytes, timings, and the sha256 of the ``.rec``
+    (packed, failed by reason, requests to a store retried), bytes, timings, and the sha256 of the ``.rec``
     and ``.idx`` written: enough to reproduce and audit the run.
     """
     s = summary
@@ -146,7 +146,7 @@ def write_stats(path: str, summary: PackSummary, options: PackOptions, argv: lis
         "root": s.root if storage.is_url(s.root) or not s.root else os.path.abspath(s.root),  # "" for an import
         "options": dataclasses.asdict(options),
         "complete": s.complete,
-        "counts": {"images": s.images, "packed": s.packed, "failed": s.failed, "failed_by_reason": dict(sorted(s.failures.items()))},
+        "counts": {"images": s.images, "packed": s.packed, "failed": s.failed, "failed_by_reason": dict(sorted(s.failures.items())), "requests_retried": s.retried},
         "resumed_from": s.resumed_from,
         "bytes": s.bytes,
         "seconds": round(s.seconds, 3),
