@@ -139,7 +139,12 @@ storage_option = click.option(
 
 
 def _options(pairs) -> dict | None:
-    return storage.merge_options(pairs) or None
+    options = storage.merge_options(pairs) or None
+    try:
+        storage.check_options(options)
+    except OptionError as e:
+        raise click.BadParameter(str(e), param_hint="'--storage-option'") from None
+    return options
 
 
 @main.command("list")

@@ -357,11 +357,11 @@ class PackFiles:
 
     def write_framed_idx(self, key: Any, framed: bytes) -> int:
         assert self._writer is not None and self._write_behind is not None
+        if self._streamer is not None:  # first: a failed part stops the run before this record, which is then not counted
+            assert self._rec_file is not None
+            self._streamer.feed(self._writer.tell(), self._rec_file.flush)
         offset = self._writer.write_framed_idx(key, framed)
         self._write_behind(offset + len(framed))
-        if self._streamer is not None:
-            assert self._rec_file is not None
-            self._streamer.feed(offset + len(framed), self._rec_file.flush)
         return offset
 
     def tell(self) -> int:

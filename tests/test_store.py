@@ -173,8 +173,7 @@ def test_retry_after_is_honoured_and_the_time_bound_holds(proxy, bucket, fast, m
 
 
 def test_retry_after_as_a_date_and_the_options_count_of_attempts():
-    from im2rec.storage.retries import retry_after
-    from im2rec.storage.store import retries_asked
+    from im2rec.storage.retries import check_options, retry_after
 
     class Answer(Exception):
         def __init__(self, value):
@@ -182,9 +181,30 @@ def test_retry_after_as_a_date_and_the_options_count_of_attempts():
 
     assert retry_after(Answer("3")) == 3.0 and retry_after(Answer(None)) is None and retry_after(Answer("soon")) is None
     assert retry_after(Answer("Wed, 21 Oct 2015 07:28:00 GMT")) == 0.0  # a date past: now
-    assert retries_asked({"config_kwargs": {"retries": {"total_max_attempts": 3}}}) == 2
-    assert retries_asked({"config_kwargs": {"retries": {"max_attempts": 3}}}) == 3
-    assert retries_asked({}) is None and retries_asked(None) is None
+    assert check_options({"config_kwargs": {"retries": {"total_max_attempts": 3}}}) == (None, None, 2)
+    assert check_options({"config_kwargs": {"retries": {"max_attempts": 3}, "read_timeout": 2, "connect_timeout": "0.5"}}) == (2.0, 0.5, 3)
+    assert check_options({}) == (None, None, None) and check_options(None) == (None, None, None)
+
+
+def test_storage_options_that_are_not_numbers_are_usage_errors(tmp_path):
+    """On the command line, exit 2 naming the option; in the library, OptionError (a ValueError)."""
+    from conftest import run
+
+    from im2rec.errors import OptionError
+
+    cases = {
+        "config_kwargs.retries.total_max_attempts=abc": "config_kwargs.retries.total_max_attempts: expected a whole number of 1 or more, got 'abc'",
+        "config_kwargs.retries.total_max_attempts=0": "config_kwargs.retries.total_max_attempts: expected a whole number of 1 or more, got 0",
+        "config_kwargs.retries.max_attempts=-1": "config_kwargs.retries.max_attempts: expected a whole number of 0 or more, got -1",
+        "config_kwargs.read_timeout=abc": "config_kwargs.read_timeout: expected a number of seconds of 0.001 or more, got 'abc'",
+        "config_kwargs.read_timeout=0": "config_kwargs.read_timeout: expected a number of seconds of 0.001 or more, got 0",
+        "config_kwargs.connect_timeout=-1": "config_kwargs.connect_timeout: expected a number of seconds of 0.001 or more, got -1",
+    }
+    for option, said in cases.items():
+        result = run("verify", "s3://b/t.rec", "--storage-option", option)
+        assert result.exit_code == 2 and result.stderr.endswith(f"Error: Invalid value for '--storage-option': {said}\n"), (option, result.stderr)
+    with pytest.raises(OptionError, match=r"^config_kwargs\.read_timeout: expected a number of seconds of 0\.001 or more, got 'abc'$"):
+        store_for("s3://b/t.rec", {"config_kwargs": {"read_timeout": "abc"}})
 
 
 @pytest.mark.slow
@@ -288,8 +308,16 @@ def test_a_forward_proxy_in_the_environment_carries_the_requests_and_no_proxy_by
     from im2rec.storage.http import proxy_for
 
     assert proxy_for("http", "h:1", {"http": "http://user:p%40ss@proxy:3128"}).authorization == "Basic dXNlcjpwQHNz"  # user:p@ss
-    with pytest.raises(ValueError, match=r"^a proxy is reached over http://HOST:PORT here, got 'socks5://p:1080'$"):
-        proxy_for("http", "h:1", {"http": "socks5://p:1080"})
+    monkeypatch.setenv("HTTP_PROXY", "socks5://p:1080")
+    monkeypatch.setenv("ALL_PROXY", "http://127.0.0.1:9")  # not read, as botocore does not
+    s3client.forget_clients()
+    with pytest.raises(StorageError) as e:
+        direct().get(f"s3://{bucket}/p.bin")
+    assert str(e.value) == f"s3://{bucket}/p.bin: cannot reach {os.environ['AWS_ENDPOINT_URL']}: HTTP_PROXY names 'socks5://p:1080': a proxy is reached over http://HOST:PORT here"
+    assert e.value.attempts == 1
+    monkeypatch.delenv("HTTP_PROXY")
+    s3client.forget_clients()
+    assert direct().get(f"s3://{bucket}/p.bin") == b"proxied"  # ALL_PROXY alone: direct
 
 
 def _certificate(folder):
@@ -319,6 +347,12 @@ def test_tls_is_verified_against_aws_ca_bundle_and_tunnels_through_an_https_prox
             store_for("s3://x", {"endpoint_url": front.url}).get(f"s3://{bucket}/tls.bin")
         assert str(e.value) == f"s3://{bucket}/tls.bin: cannot reach {front.url}: its certificate does not verify (self-signed certificate); if a private authority signs it, name its bundle in AWS_CA_BUNDLE"
         assert e.value.attempts == 1 and not e.value.transient  # not retried
+        monkeypatch.setenv("AWS_CA_BUNDLE", str(tmp_path / "missing.pem"))
+        s3client.forget_clients()
+        with pytest.raises(StorageError) as e:  # not "the bucket does not exist"
+            store_for("s3://x", {"endpoint_url": front.url}).check_bucket(f"s3://{bucket}/tls.bin")
+        assert str(e.value) == f"s3://{bucket}: cannot reach {front.url}: the CA bundle {tmp_path / 'missing.pem'} (AWS_CA_BUNDLE, or client_kwargs.verify) cannot be loaded: No such file or directory"
+        assert e.value.attempts == 1 and not isinstance(e.value, ObjectMissing)
         monkeypatch.setenv("AWS_CA_BUNDLE", str(cert))
         s3client.forget_clients()
         assert store_for("s3://x", {"endpoint_url": front.url}).get(f"s3://{bucket}/tls.bin") == b"secret"
@@ -455,3 +489,34 @@ def test_every_command_gets_through_a_store_that_fails_one_request_in_three(s3, 
     local = RecordDataset(golden / "all.rec", mode="raw")
     assert [remote[i] for i in range(len(local))] == [local[i] for i in range(len(local))] and remote.read_stats()["retried"] > 0
     proxy.clear_faults()
+
+
+@pytest.mark.slow
+def test_a_failed_streamed_part_stops_the_pack_with_the_count_it_keeps(s3, proxy, data_dir, tmp_path, monkeypatch, fast):
+    """The .rec's second part always fails: pack stops with one line whose count is the records
+    kept in the staging folder, and --resume, once the store answers, finishes the same bytes as a local pack."""
+    import re
+
+    from conftest import run
+
+    monkeypatch.setenv("IM2REC_STAGING", str(tmp_path / "staging"))
+    monkeypatch.setattr(storage.multipart, "UPLOAD_PART", 5 << 20)
+    tree = data_dir / "tree"
+    lines = (data_dir / "im2rec_pack_pass" / "all.lst").read_text().splitlines()
+    (tmp_path / "big.lst").write_text("".join(f"{i}\t0\t{lines[i % len(lines)].rsplit(chr(9), 1)[1]}\n" for i in range(2000)))  # 23 MB: part 2's failure is met when part 3 is due
+    bucket = new_bucket("fs")
+    args = ["pack", tmp_path / "big.lst", tree, f"s3://{bucket}/big.rec", "--pass-through", "--storage-option", f"endpoint_url={proxy.url}"]
+    proxy.fail(10**6, "500", match="partNumber=2")
+    result = run(*args)
+    proxy.clear_faults()
+    assert result.exit_code == 1
+    said = result.stderr.strip().splitlines()[-1]
+    assert said.startswith(f"Error: s3://{bucket}/big.rec: 500 InternalError: We encountered an internal error. Please try again. (after 5 attempts); what was packed before it is kept in "), said
+    kept = int(re.search(r"\(([\d,]+) packed\)", said).group(1).replace(",", ""))
+    partial = next((tmp_path / "staging").rglob("big.idx.partial"))
+    assert kept == len(partial.read_text().splitlines()) > 0
+    assert direct().uploads(f"s3://{bucket}/big.rec") == [] and not direct().exists(f"s3://{bucket}/big.rec")
+    result = run(*args, "--resume")
+    assert result.exit_code == 0 and f"(resumed after {kept:,}" in result.stdout, result.output
+    assert run("pack", tmp_path / "big.lst", tree, tmp_path / "local.rec", "--pass-through").exit_code == 0
+    assert direct().get(f"s3://{bucket}/big.rec") == (tmp_path / "local.rec").read_bytes()

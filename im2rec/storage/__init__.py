@@ -33,7 +33,7 @@ set them: the environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, profiles
 from ..errors import ObjectMissing, StorageError
 from .fetching import FETCH_AHEAD, OUTAGE, FetchStats, StoreUnreachable, fetch_in_order
 from .remote import HOLD, READAHEAD, RemoteSource, hold_at_least
-from .retries import RETRIES, TIMEOUT, Tally
+from .retries import RETRIES, TIMEOUT, Tally, check_options
 from .staging import StagedInput, StagedOutput, staging_base, staging_dir
 from .store import Info, Store, storage_error, store_for
 from .uploads import UPLOAD_PART, UPLOAD_PARTS_IN_FLIGHT, Streamer, concatenate, upload, upload_part_size, upload_stream
@@ -75,6 +75,7 @@ __all__ = [
     "Streamer",
     "Tally",
     "check_bucket",
+    "check_options",
     "concatenate",
     "exists",
     "expand",

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["MAX_HEAD", "Answer", "Connection", "ConnectionClosed", "Pool", "ProtocolError", "Proxy", "TunnelRefused", "proxy_for", "tls_context"]
+__all__ = ["MAX_HEAD", "Answer", "Connection", "ConnectionClosed", "Pool", "ProtocolError", "Proxy", "SetupError", "TunnelRefused", "proxy_for", "tls_context"]
 
 #: The most bytes of status line and headers an answer may have.
 MAX_HEAD = 64 << 10
@@ -43,6 +43,11 @@ class ProtocolError(OSError):
 class ConnectionClosed(ConnectionError):
     """The connection ended before the whole answer (retried). The message has no subject:
     "closed the connection after 10 of 100 bytes", said after the server's address."""
+
+
+class SetupError(OSError):
+    """A connection cannot be set up as configured: the CA bundle cannot be loaded, a proxy's
+    URL is not ``http://`` (not retried)."""
 
 
 class TunnelRefused(OSError):
@@ -81,25 +86,28 @@ def proxy_for(scheme: str, netloc: str, proxies: Mapping[str, str] | None = None
     """The forward proxy a request to ``scheme://netloc`` goes through, or None (direct).
 
     ``proxies`` (botocore's ``Config(proxies={"https": URL})``, the storage option
-    ``config_kwargs.proxies``) when given; else the environment's ``https_proxy``/``http_proxy``/
-    ``all_proxy`` (either case, the lower one first), unless ``no_proxy`` covers the host, by the
-    standard library's rules (host or ``host:port``, domain suffixes, ``*``), as botocore reads them.
+    ``config_kwargs.proxies``) when given; else the environment's ``https_proxy`` or ``http_proxy``
+    (either case, the lower one first; not ``all_proxy``), unless ``no_proxy`` covers the host, by
+    the standard library's rules (host or ``host:port``, domain suffixes, ``*``; no CIDR ranges),
+    as botocore reads them.
 
     Raises:
-        ValueError: the proxy's URL is not ``http://HOST[:PORT]``.
+        SetupError: the proxy's URL is not ``http://HOST[:PORT]``.
     """
     if proxies is None:
         found = urllib.request.getproxies_environment()
-        url = found.get(scheme) or found.get("all")
+        url = found.get(scheme)  # not all_proxy: botocore reads the scheme's own variable only
         if not url or urllib.request.proxy_bypass_environment(netloc, found):  # type: ignore[attr-defined]  # (in every CPython, not in typeshed)
             return None
+        named = f"{scheme.upper()}_PROXY"
     else:
-        url = proxies.get(scheme) or proxies.get("all")
+        url = proxies.get(scheme)
         if not url:
             return None
+        named = f"config_kwargs.proxies[{scheme!r}]"
     parts = urlsplit(url if "://" in url else "http://" + url)
     if parts.scheme != "http" or not parts.hostname:
-        raise ValueError(f"a proxy is reached over http://HOST:PORT here, got {url!r}")
+        raise SetupError(f"{named} names {url!r}: a proxy is reached over http://HOST:PORT here")
     authorization = None
     if parts.username is not None:
         pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
@@ -128,16 +136,24 @@ def ca_bundle() -> str | None:
 
 def tls_context(verify: bool | str) -> ssl.SSLContext:
     """A client TLS context: ``verify`` False checks nothing, a string names the CA bundle (a file
-    or folder: ``AWS_CA_BUNDLE``, ``client_kwargs.verify``), True uses ``ca_bundle()``."""
+    or folder: ``AWS_CA_BUNDLE``, ``client_kwargs.verify``), True uses ``ca_bundle()``.
+
+    Raises:
+        SetupError: the bundle cannot be loaded (missing, not PEM).
+    """
     if verify is False:
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
         return context
     where = verify if isinstance(verify, str) else ca_bundle()
-    if where and os.path.isdir(where):
-        return ssl.create_default_context(capath=where)
-    return ssl.create_default_context(cafile=where)
+    try:
+        if where and os.path.isdir(where):
+            return ssl.create_default_context(capath=where)
+        return ssl.create_default_context(cafile=where)
+    except (OSError, ssl.SSLError) as e:
+        said = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise SetupError(f"the CA bundle {where} (AWS_CA_BUNDLE, or client_kwargs.verify) cannot be loaded: {said}") from None
 
 
 def _readable(sock: socket.socket) -> bool:

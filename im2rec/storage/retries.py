@@ -13,13 +13,14 @@ import random
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .http import ProtocolError, TunnelRefused
+from ..errors import OptionError
+from .http import ProtocolError, SetupError, TunnelRefused
 
-__all__ = ["RETRIES", "RETRY_AFTER_MOST", "RETRY_DELAY", "RETRY_WITHIN", "TIMEOUT", "Policy", "Tally", "retry_after", "transient"]
+__all__ = ["RETRIES", "RETRY_AFTER_MOST", "RETRY_DELAY", "RETRY_WITHIN", "TIMEOUT", "Policy", "Tally", "check_options", "retry_after", "transient"]
 
 #: How often a transient failure (a timeout, a 5xx, throttling, a dropped connection) is retried.
 RETRIES = 4
@@ -54,12 +55,45 @@ def transient(e: BaseException) -> bool:
     cause = getattr(e, "cause", None) or e  # an unanswered S3Error carries the transport's failure
     if isinstance(cause, TunnelRefused):
         return cause.status >= 500
-    if isinstance(cause, (ProtocolError, ssl.SSLCertVerificationError, FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)):
+    if isinstance(cause, (ProtocolError, SetupError, ssl.SSLCertVerificationError, FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)):
         return False
     if isinstance(cause, OSError):
         return True
     # fsspec drivers' own exceptions (aiohttp's, google's, asyncio's timeout): retried, but never a programming error
     return not isinstance(cause, (ValueError, TypeError, KeyError, AttributeError, NotImplementedError, ImportError, AssertionError))
+
+
+def _number(options: Mapping[str, Any], name: str, whole: bool, least: float) -> float | None:
+    value = options.get(name.rsplit(".", 1)[-1])
+    if value is None:
+        return None
+    try:
+        number = float(value) if not whole else int(str(value)) if not isinstance(value, bool) else None
+    except ValueError:
+        number = None
+    if number is None or number < least or number != number:
+        kind = "a whole number" if whole else "a number of seconds"
+        raise OptionError(f"{name}: expected {kind} of {least:g} or more, got {value!r}", "--storage-option")
+    return number
+
+
+def check_options(storage_options: Mapping[str, Any] | None) -> tuple[float | None, float | None, int | None]:
+    """``(read_timeout, connect_timeout, retries)`` the options ask for (None: not said), checked:
+    botocore's ``config_kwargs.read_timeout``/``connect_timeout`` (seconds, more than 0) and
+    ``config_kwargs.retries.total_max_attempts`` (every attempt, 1 or more) or ``max_attempts``
+    (those after the first), as a boto3 or s3fs user sets them.
+
+    Raises:
+        OptionError: a value that is not such a number (``--storage-option``'s fault).
+    """
+    config = dict((storage_options or {}).get("config_kwargs") or {})
+    read = _number(config, "config_kwargs.read_timeout", False, 0.001)
+    connect = _number(config, "config_kwargs.connect_timeout", False, 0.001)
+    asked = dict(config.get("retries") or {})
+    total = _number(asked, "config_kwargs.retries.total_max_attempts", True, 1)
+    more = _number(asked, "config_kwargs.retries.max_attempts", True, 0)
+    retries = int(total) - 1 if total is not None else int(more) if more is not None else None
+    return read, connect, retries
 
 
 def retry_after(e: BaseException) -> float | None:

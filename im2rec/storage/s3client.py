@@ -48,8 +48,8 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from .http import Answer, Connection, ConnectionClosed, Pool, ProtocolError, TunnelRefused, proxy_for, tls_context
-from .retries import TIMEOUT
+from .http import Answer, Connection, ConnectionClosed, Pool, ProtocolError, SetupError, TunnelRefused, proxy_for, tls_context
+from .retries import TIMEOUT, check_options
 
 __all__ = ["AccessDenied", "Config", "Credentials", "NoSuchObject", "S3Client", "S3Error", "client_for", "config_for", "forget_clients", "sign", "split", "xml_fields"]
 
@@ -146,6 +146,7 @@ def config_for(storage_options: Mapping[str, Any] | None) -> Config | None:
         fixed = Credentials(os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"], os.environ.get("AWS_SESSION_TOKEN") or None)
     verify: bool | str = client_kwargs.get("verify", os.environ.get("AWS_CA_BUNDLE") or True)
     proxies = config_kwargs.get("proxies")
+    read_timeout, connect_timeout, _ = check_options(options)
     return Config(
         endpoint=str(endpoint).rstrip("/") if endpoint else None,
         region=str(region),
@@ -153,8 +154,8 @@ def config_for(storage_options: Mapping[str, Any] | None) -> Config | None:
         fixed=fixed,
         profile=profile,
         verify=verify,
-        timeout=float(config_kwargs.get("read_timeout") or TIMEOUT),
-        connect_timeout=float(config_kwargs.get("connect_timeout") or TIMEOUT),
+        timeout=read_timeout or TIMEOUT,
+        connect_timeout=connect_timeout or TIMEOUT,
         proxies=tuple(sorted((str(k), str(v)) for k, v in dict(proxies).items())) if proxies is not None else None,
     )
 
@@ -328,7 +329,11 @@ class S3Client:
             target = path + ("?" + _query_string(query) if query else "")
             if body or method in ("PUT", "POST"):
                 sent["Content-Length"] = str(len(body))
-            connection = self._pool.connection(scheme, host)
+            try:
+                connection = self._pool.connection(scheme, host)
+            except SetupError as e:  # the CA bundle, a proxy's URL: said, not retried
+                said = f"cannot reach {scheme}://{host}: {e}"
+                raise S3Error(f"{method} {bucket}/{key}: {said}", said=said, cause=e) from None
             try:
                 answer = connection.exchange(method, target, sent, body)
             except OSError as e:

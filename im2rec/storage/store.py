@@ -34,7 +34,7 @@ from urllib.parse import quote
 from ..errors import ObjectMissing, StorageError
 from . import s3client
 from .multipart import UPLOAD_PART, expected_etag, put_in_parts
-from .retries import TIMEOUT, GaveUp, Policy, Tally, transient
+from .retries import TIMEOUT, GaveUp, Policy, Tally, check_options, transient
 from .s3client import NoSuchObject, S3Client, S3Error, split, xml_fields, xml_records
 
 __all__ = ["OPEN_BLOCK", "STORES", "FsspecStore", "Info", "S3Store", "Store", "filesystem", "object_path", "storage_error", "store_for"]
@@ -538,7 +538,7 @@ def _single_attempt_options(url: str, storage_options: Mapping[str, Any] | None)
     options = dict(storage_options or {})
     if url.split("://", 1)[0] in ("s3", "s3a"):
         config = dict(options.get("config_kwargs") or {})
-        config["retries"] = {"total_max_attempts": 1}  # the count asked for is the seam's (``retries_asked``)
+        config["retries"] = {"total_max_attempts": 1}  # the count asked for is the seam's (``retries.check_options``)
         config.setdefault("connect_timeout", TIMEOUT)
         config.setdefault("read_timeout", TIMEOUT)
         options["config_kwargs"] = config
@@ -763,23 +763,12 @@ STORES: dict[str, Callable[[str, Mapping[str, Any] | None, Tally, Policy], Store
 }
 
 
-def retries_asked(storage_options: Mapping[str, Any] | None) -> int | None:
-    """The retries botocore's ``config_kwargs.retries`` asks for (``total_max_attempts``: every
-    attempt; ``max_attempts``: those after the first), as a boto3 or s3fs user sets them; None: not said."""
-    asked = ((storage_options or {}).get("config_kwargs") or {}).get("retries") or {}
-    if "total_max_attempts" in asked:
-        return max(0, int(asked["total_max_attempts"]) - 1)
-    if "max_attempts" in asked:
-        return max(0, int(asked["max_attempts"]))
-    return None
-
-
 def store_for(url: str, storage_options: Mapping[str, Any] | None = None, *, tally: Tally | None = None, retries: int | None = None) -> Store:
     """The store of ``url`` with these options: its requests counted in ``tally`` (a new one if
     None) and retried ``retries`` times (if None: as ``config_kwargs.retries`` asks, else
     ``retries.RETRIES``)."""
     tally = tally if tally is not None else Tally()
-    policy = Policy.default(retries if retries is not None else retries_asked(storage_options))
+    policy = Policy.default(retries if retries is not None else check_options(storage_options)[2])
     make = STORES.get(url.split("://", 1)[0].lower())
     store = make(url, storage_options, tally, policy) if make is not None else None
     return store if store is not None else FsspecStore(url, storage_options, tally, policy)
