@@ -13,7 +13,7 @@ import random
 import ssl
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -129,6 +129,7 @@ class Tally:
 
 
 T = TypeVar("T")
+K = TypeVar("K")
 
 
 class GaveUp(Exception):
@@ -155,6 +156,17 @@ class Policy:
         """The policy of this module's constants as they are now (tests lower ``RETRY_DELAY``)."""
         return cls(RETRIES if retries is None else retries, RETRY_DELAY, RETRY_WITHIN)
 
+    def wait(self, n: int, failure: BaseException, started: float) -> float | None:
+        """Seconds to wait before retry ``n`` (from 0) after ``failure``, or None: give up (a
+        permanent failure, the count or the time bound reached)."""
+        if n >= self.retries or not transient(failure):
+            return None
+        wait = random.uniform(0, self.delay * 2**n)
+        asked = retry_after(failure)
+        if asked is not None:
+            wait = max(wait, min(asked, RETRY_AFTER_MOST))
+        return None if time.monotonic() - started + wait > self.within else wait
+
     def run(self, attempt: Callable[[], T], tally: Tally | None = None, sleep: Callable[[float], Any] = time.sleep) -> T:
         """``attempt()``, retried as the policy says; each attempt counted in ``tally``.
 
@@ -162,19 +174,39 @@ class Policy:
             GaveUp: the last failure (permanent, or transient past the bound) and the attempts made.
         """
         started = time.monotonic()
-        for n in range(self.retries + 1):
+        n = 0
+        while True:
             if tally is not None:
                 tally.count(requests=1, retried=1 if n else 0)
             try:
                 return attempt()
             except Exception as e:
-                if n == self.retries or not transient(e):
-                    raise GaveUp(e, n + 1) from None
-                wait = random.uniform(0, self.delay * 2**n)
-                asked = retry_after(e)
-                if asked is not None:
-                    wait = max(wait, min(asked, RETRY_AFTER_MOST))
-                if time.monotonic() - started + wait > self.within:
+                wait = self.wait(n, e, started)
+                if wait is None:
                     raise GaveUp(e, n + 1) from None
                 sleep(wait)
-        raise AssertionError("unreachable")
+                n += 1
+
+    def run_many(self, keys: Sequence[K], attempt: Callable[[list[K]], Sequence[Any]], tally: Tally | None = None) -> dict[K, tuple[Any, int]]:
+        """``run`` for a driver that makes many requests in one call (fsspec's ``cat``):
+        ``attempt(todo)`` gives a result or an exception for each (or raises, for all); the
+        failures that may mend are tried again together, after the longest wait any of them
+        asks for. ``{key: (result or exception, attempts)}``."""
+        results: dict[K, tuple[Any, int]] = {}
+        todo = list(dict.fromkeys(keys))
+        started = time.monotonic()
+        n = 0
+        while todo:
+            if tally is not None:
+                tally.count(requests=len(todo), retried=len(todo) if n else 0)
+            try:
+                got = list(attempt(todo))
+            except Exception as e:
+                got = [e] * len(todo)
+            results.update((k, (g, n + 1)) for k, g in zip(todo, got))
+            waits = {k: self.wait(n, g, started) for k, g in zip(todo, got) if isinstance(g, BaseException)}
+            todo = [k for k, w in waits.items() if w is not None]
+            if todo:
+                time.sleep(max(w for w in waits.values() if w is not None))
+                n += 1
+        return results

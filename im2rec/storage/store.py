@@ -22,10 +22,8 @@ import contextlib
 import io
 import os
 import posixpath
-import random
 import re
 import shutil
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol, TypeVar
@@ -591,32 +589,14 @@ class FsspecStore(_Retried):
         return self._run(url, attempt, span)
 
     def _batch(self, keys: Sequence[Any], attempt: Callable[[list[Any]], list[Any]], name: Callable[[Any], tuple[str, tuple[int, int] | None]]) -> list[bytes | StorageError]:
-        """fsspec's concurrent calls (``cat``, ``cat_ranges``) for many items at once, the
-        failures retried together, as ``Policy`` says for one."""
-        results: dict[Any, Any] = {}
-        tries: dict[Any, int] = {}
-        todo = list(dict.fromkeys(keys))
-        started = time.monotonic()
-        for n in range(self.policy.retries + 1):
-            self.tally.count(requests=len(todo), retried=len(todo) if n else 0)
-            try:
-                got = attempt(todo)
-            except Exception as e:
-                got = [e] * len(todo)
-            for k, g in zip(todo, got):
-                results[k], tries[k] = g, n + 1
-                if isinstance(g, bytes):
-                    self.tally.count(fetched=len(g))
-            todo = [k for k in todo if isinstance(results[k], BaseException) and transient(results[k])]
-            wait = random.uniform(0, self.policy.delay * 2**n)
-            if not todo or n == self.policy.retries or time.monotonic() - started + wait > self.policy.within:
-                break
-            time.sleep(wait)
+        """fsspec's concurrent calls (``cat``, ``cat_ranges``) for many items at once, retried
+        together (``Policy.run_many``): each item's bytes, or its error in the seam's words."""
+        results = self.policy.run_many(keys, attempt, self.tally)
+        self.tally.count(fetched=sum(len(got) for got, _ in results.values() if isinstance(got, bytes)))
         out: list[bytes | StorageError] = []
         for k in keys:
-            r = results[k]
-            url, span = name(k)
-            out.append(storage_error(url, r, tries[k], span) if isinstance(r, BaseException) else r)
+            got, tries = results[k]
+            out.append(storage_error(name(k)[0], got, tries, name(k)[1]) if isinstance(got, BaseException) else got)
         return out
 
     def get_many(self, urls: Sequence[str]) -> list[bytes | StorageError]:
