@@ -17,6 +17,7 @@ HSL, PCA noise); here they work on one channel instead.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,9 @@ from typing import Any
 import numpy as np
 
 from .errors import ImageError
-from .image import opencv
+from .image import IGNORE_ORIENTATION, Checked, imdecode_checked, opencv
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_AUG",
@@ -795,27 +798,17 @@ DEFAULT_DET_AUG = DetAugmenter(data_shape=(3, 300, 300))
 # --------------------------------------------------------------------------- decoding
 
 
-def _is_jpeg(data: np.ndarray) -> bool:
-    return data.size >= 2 and data[0] == 0xFF and data[1] == 0xD8
-
-
-def _is_png(data: np.ndarray) -> bool:
-    return data.size >= 24 and bytes(data[:4]) == b"\x89PNG"
-
-
-def decode_for_iterator(buf: Any, channels: int) -> np.ndarray | None:
+def decode_for_iterator(buf: Any, channels: int) -> Checked:
     """A record's image as MXNet 1.9.1's ``ImageRecordIter`` decodes it for ``data_shape[0]``
-    channels (``cv::imdecode``: its pip wheels have no libjpeg-turbo decoder of their own):
-    gray (HxW) for 1, BGR for 3, EXIF orientation applied; as stored for 4. None when OpenCV
-    cannot decode it."""
-    cv2 = opencv()
-    data = np.frombuffer(buf, dtype=np.uint8)
-    if channels == 4:
-        img = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
-        if img is not None and img.dtype != np.uint8:
-            img = (img >> 8).astype(np.uint8) if img.dtype == np.uint16 else None
-        return img
-    return cv2.imdecode(data, cv2.IMREAD_GRAYSCALE if channels == 1 else cv2.IMREAD_COLOR)
+    channels (``cv::imdecode``): gray (HxW) for 1, BGR for 3, EXIF orientation applied; as
+    stored for 4 (16 bits taken to 8). The image is None when it cannot be decoded; a
+    damaged one comes with the decoder's words (``image.imdecode_checked``)."""
+    if channels != 4:
+        return imdecode_checked(buf, 0 if channels == 1 else 1)
+    img, damage = imdecode_checked(buf, -1)
+    if img is not None and img.dtype != np.uint8:
+        img = (img >> 8).astype(np.uint8) if img.dtype == np.uint16 else None
+    return Checked(img, damage)
 
 
 def imdecode(buf: Any, flag: int = 1, to_rgb: bool = True) -> np.ndarray:
@@ -824,7 +817,8 @@ def imdecode(buf: Any, flag: int = 1, to_rgb: bool = True) -> np.ndarray:
     HxWx1 gray for ``flag=0``.
 
     As MXNet, a JPEG or PNG is decoded without applying its EXIF orientation; other formats
-    are decoded by OpenCV as they are.
+    are decoded by OpenCV as they are. A damaged JPEG is decoded as MXNet decodes it, with
+    a warning naming the damage (libjpeg's words).
 
     Raises:
         ValueError: ``flag`` is negative, or ``buf`` is empty.
@@ -837,11 +831,13 @@ def imdecode(buf: Any, flag: int = 1, to_rgb: bool = True) -> np.ndarray:
     if data.size == 0:
         raise ValueError("imdecode: the buffer is empty")
     mode = cv2.IMREAD_GRAYSCALE if flag == 0 else cv2.IMREAD_COLOR
-    if _is_jpeg(data) or _is_png(data):
-        mode |= cv2.IMREAD_IGNORE_ORIENTATION
-    img = cv2.imdecode(data, mode)
+    if (data[0] == 0xFF and data[1:2].tobytes() == b"\xd8") or data[:4].tobytes() == b"\x89PNG":
+        mode |= IGNORE_ORIENTATION
+    img, damage = imdecode_checked(data, mode)
     if img is None:
-        raise ImageError("corrupt", f"imdecode: {data.size} bytes that OpenCV cannot decode as an image")
+        raise ImageError("corrupt", f"imdecode: {data.size} bytes that cannot be decoded as an image" + (f" ({damage})" if damage else ""))
+    if damage:
+        log.warning("imdecode: %d bytes: %s: the image is damaged", data.size, damage)
     if flag == 0:
         return img[:, :, None]
     if to_rgb:

@@ -30,11 +30,11 @@ import numpy as np
 
 from . import storage
 from .errors import HeaderError, Im2recError, ImageError, StorageError, TruncatedRecordError
-from .image import JPEG_DAMAGE, decode_said, opencv
+from .image import Checked, imdecode_checked, opencv
 from .recordio import IRHEADER_SIZE, IRHEADER_STRUCT, IRHeader, RecordReader, header_size, idx_path_of, insightface_header, unpack
 from .storage.cache import BlockCache
 
-__all__ = ["MODES", "RecordDataset", "idx_path_of", "insightface_header"]
+__all__ = ["DAMAGE_POLICIES", "MODES", "Damaged", "RecordDataset", "idx_path_of", "insightface_header"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,68 @@ PathLike = Union[str, "os.PathLike[str]"]
 #: Records are fetched from a store in read blocks of about this many bytes.
 BLOCK_BYTES = 4 << 20
 CACHE_LIMIT = 10 * 10**9
+
+
+#: What a reader does with a record whose image is damaged: ``"warn"`` (its pixels, as MXNet
+#: trains on them, and one warning), ``"skip"`` (left out) or ``"raise"``.
+DAMAGE_POLICIES = ("warn", "skip", "raise")
+
+
+def check_damage_policy(on_damaged: str) -> str:
+    if on_damaged not in DAMAGE_POLICIES:
+        raise ValueError(f"on_damaged must be one of {', '.join(repr(p) for p in DAMAGE_POLICIES)}, got {on_damaged!r}")
+    return on_damaged
+
+
+class SkipRecord(Exception):
+    """A damaged record left out (``on_damaged="skip"``): the reader takes the next instead."""
+
+
+class Damaged:
+    """What one reader met of damaged images: each such record warned of once, counted,
+    and handled as ``on_damaged`` says. Safe from any thread."""
+
+    def __init__(self, on_damaged: str, verify: str):
+        self.policy = check_damage_policy(on_damaged)
+        self.verify = verify  # the .rec the hint names: `im2rec verify REC --decode`
+        self.records: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def image(self, where: str, checked: Checked, size: int) -> np.ndarray:
+        """``checked``'s image to use for the record ``where`` names ("x.rec: record 7 (byte 123)"),
+        whose image has ``size`` bytes.
+
+        Raises:
+            ImageError: it cannot be decoded (``"warn"``, ``"raise"``), or is damaged (``"raise"``).
+            SkipRecord: it is damaged or cannot be decoded (``"skip"``).
+        """
+        image, damage = checked
+        if image is not None and damage is None:
+            return image
+        with self._lock:
+            first = where not in self.records
+            self.records.add(where)
+        if self.policy == "skip":
+            if first:
+                log.warning("%s: %s: left out (on_damaged='skip')", where, damage or "the image cannot be decoded")
+            raise SkipRecord(where)
+        if image is None:
+            raise ImageError("corrupt", f"{where}: the image cannot be decoded ({size:,} bytes" + (f": {damage})" if damage else ")"))
+        if self.policy == "raise":
+            raise ImageError("corrupt", f"{where}: {damage}: the image is damaged (on_damaged='raise')")
+        if first:  # decoded all the same, grey where the data is lost: said, not silently
+            log.warning("%s: %s: the image is damaged (`im2rec verify %s --decode` lists every such record)", where, damage, self.verify)
+        return image
 
 
 def _shard_paths(path_or_paths: PathLike | Sequence[PathLike]) -> list[str]:
@@ -119,6 +181,13 @@ class RecordDataset:
             its end): ``"raise"`` (the error says how many records are lost and how to mend
             the ``.idx``), or ``"skip"``: the records that are there are read and the loss is
             logged as a warning; ``cuts`` lists it.
+        on_damaged: a record whose image is damaged (libjpeg decodes it with a warning, grey
+            where the data was lost; a PNG chunk fails its CRC): ``"warn"`` (the default:
+            MXNet's pixels, one warning per record naming the ``.rec``, the key, the byte
+            offset and the decoder's words; ``damaged`` counts them), ``"skip"`` (the next
+            good record is returned in its place, so that an epoch keeps its length, and
+            the skip is logged) or ``"raise"`` (an ``ImageError`` naming the same). An image
+            that cannot be decoded at all raises, unless ``"skip"``.
 
     Items are ``(image, label)``: the label is a float (scalar records) or a float32
     array (records with flag > 0), as ``mx.recordio.unpack`` gives.
@@ -146,6 +215,7 @@ class RecordDataset:
         index: PathLike | None = None,
         scan: bool = False,
         on_missing: str = "raise",
+        on_damaged: str = "warn",
     ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -155,6 +225,7 @@ class RecordDataset:
         self.paths = _shard_paths(path_or_paths)
         if not self.paths:
             raise Im2recError("RecordDataset needs at least one .rec file")
+        self._damaged = Damaged(on_damaged, os.fspath(self.paths[0]) if len(self.paths) == 1 else "SHARD.rec")
         self.cache: BlockCache | None = None
         if cache_dir is not None:
             from .text import parse_size
@@ -452,7 +523,7 @@ class RecordDataset:
             raise IndexError(f"index {i} out of range for a dataset of {len(self)} records")
         return i
 
-    def _item(self, i: int) -> tuple[Any, Any]:
+    def _item(self, i: int, skipping: bool = False) -> tuple[Any, Any]:
         """Item ``i`` (a valid index) from what is mapped or already held."""
         reader = self.readers[int(self._shards[i])]
         offset = int(self._offsets[i])
@@ -465,15 +536,14 @@ class RecordDataset:
         if self.mode == "raw":
             image: Any = bytes(payload[start:])
         else:
-            said: list[str] = []
-            image = None
-            if len(payload) > start:
-                image, said = decode_said(memoryview(payload)[start:], _IMDECODE_FLAG[self.mode])
-            if image is None:
-                raise ImageError("corrupt", f"{reader.path}: record {self.locate(i)[2]} (byte {offset}): the image cannot be decoded" + (f" ({said[0]})" if said else ""))
-            damage = [line for line in said if line.startswith(JPEG_DAMAGE)]
-            if damage:  # decoded all the same, grey where the data is lost: said, not silently
-                log.warning("%s: record %s (byte %d): %s: the image is damaged (`im2rec verify %s --decode` lists every such record)", reader.path, self.locate(i)[2], offset, damage[0], reader.path)
+            where = f"{reader.path}: record {self.locate(i)[2]} (byte {offset})"
+            checked = imdecode_checked(memoryview(payload)[start:], _IMDECODE_FLAG[self.mode]) if len(payload) > start else Checked(None)
+            try:
+                image = self._damaged.image(where, checked, len(payload) - start)
+            except SkipRecord:
+                if skipping:
+                    raise
+                return self._instead_of(i)
             if self.mode == "rgb" and image.ndim == 3:
                 opencv().cvtColor(image, _COLOR_BGR2RGB, dst=image)
             elif self.mode == "gray":
@@ -483,6 +553,21 @@ class RecordDataset:
         if self.target_transform is not None:
             label = self.target_transform(label)
         return image, label
+
+    def _instead_of(self, i: int) -> tuple[Any, Any]:
+        """The next record after ``i`` (wrapping) whose image is good: a skipped one's place."""
+        for step in range(1, len(self)):
+            j = (i + step) % len(self)
+            try:
+                return self._item(j, skipping=True)
+            except SkipRecord:
+                continue
+        raise ImageError("corrupt", f"{self.paths[0] if len(self.paths) == 1 else f'{len(self.paths)} shards'}: every record's image is damaged (on_damaged='skip')")
+
+    @property
+    def damaged(self) -> int:
+        """How many records whose image is damaged (or cannot be decoded) this reader has met."""
+        return len(self._damaged)
 
     @property
     def identities(self) -> np.ndarray | None:

@@ -29,12 +29,9 @@ unchanged either way (one decode gives both).
 
 from __future__ import annotations
 
-import os
 import random
 import struct
-import sys
-import tempfile
-import threading
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -383,7 +380,7 @@ def _to_8bit(img: np.ndarray) -> np.ndarray:
     return np.clip(img.astype(np.float32) * 255.0, 0, 255).astype(np.uint8)
 
 
-def _tiff_orientation(data: bytes, tiff: int) -> int:
+def _tiff_orientation(data: bytes | memoryview, tiff: int) -> int:
     """The Orientation tag (1-8) of the TIFF structure (EXIF) at ``data[tiff:]``, 1 when it has none."""
     endian = "<" if data[tiff : tiff + 2] == b"II" else ">"
     ifd = tiff + struct.unpack_from(endian + "I", data, tiff + 4)[0]
@@ -394,7 +391,7 @@ def _tiff_orientation(data: bytes, tiff: int) -> int:
     return 1
 
 
-def _jpeg_orientation(data: bytes) -> int:
+def _jpeg_orientation(data: bytes | memoryview) -> int:
     """The EXIF orientation (1-8) of a JPEG, 1 when it has none or it cannot be read."""
     i, n = 2, len(data)
     try:
@@ -423,71 +420,130 @@ def _full_size(data: bytes, info: tuple[str, int, int], factor: int, shape: tupl
     return (height, width) if tuple(shape[:2]) == straight else (width, height)
 
 
-# --------------------------------------------------------------------------- what the decoders say
+# --------------------------------------------------------------------------- the checked decode
 
-#: The beginnings of libjpeg's warnings about damaged data (jerror.h's JWRN_*): OpenCV's decoder
-#: prints the first one to stderr and returns the image anyway, grey where the data was lost.
+#: The beginnings of libjpeg's warnings about damaged data (jerror.h's JWRN_*): a decoder that
+#: meets one goes on, grey where the data was lost.
 JPEG_DAMAGE = ("Corrupt JPEG data: ", "Premature end of JPEG file", "Invalid SOS parameters", "Inconsistent progression sequence", "Huffman table 0x", "Bogus ")
-_DECODER_LOCK = threading.Lock()
+_SCALED = {16: 2, 17: 2, 32: 4, 33: 4, 64: 8, 65: 8}  # IMREAD_REDUCED_* -> its scale-down
+IGNORE_ORIENTATION = 128  # cv2.IMREAD_IGNORE_ORIENTATION
 
 
-class _Stderr:
-    """File descriptor 2, caught in a temporary file while a decoder runs (one per process)."""
+class Checked(NamedTuple):
+    """A decoded image (None when none could be made) and what its decoder said of damage, in its words."""
 
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.file = tempfile.TemporaryFile()  # noqa: SIM115 (kept open for the process: each decode reuses it)
-
-    @classmethod
-    def here(cls) -> _Stderr:
-        current = _STDERR.get("now")
-        if current is None or current.pid != os.getpid():  # a forked child shares its parent's file offset
-            current = _STDERR["now"] = cls()
-        return current
+    image: np.ndarray | None
+    damage: str | None = None
 
 
-_STDERR: dict[str, _Stderr] = {}
+def imdecode_checked(data: bytes | memoryview | np.ndarray, flag: int = 1) -> Checked:
+    """``cv2.imdecode(data, flag)``'s pixels, and the damage the decoder met, as a result.
 
+    A JPEG is decoded by libjpeg-turbo through simplejpeg: the same library, DCT and
+    upsampling as OpenCV's (its pixels are OpenCV's, byte for byte: tests/test_decode.py),
+    but its warnings come back as values instead of lines on stderr. A damaged JPEG is
+    decoded all the same (what MXNet trains on, grey where the data is lost) and said.
+    A PNG's chunks are checked (structure, the CRC of each critical chunk) before libpng
+    sees it: a bad one is refused by libpng anyway, which would print its error. Other
+    formats, and the rare JPEG turbojpeg does not take, go to ``cv2.imdecode``.
+    Nothing here holds a lock or touches file descriptor 2: threads decode in parallel.
 
-def decode_said(data: bytes | memoryview, flag: int) -> tuple[np.ndarray | None, list[str]]:
-    """``cv2.imdecode(data, flag)`` and the lines libjpeg and libpng printed meanwhile.
-
-    OpenCV lets those libraries print to file descriptor 2 (a damaged JPEG is decoded with a
-    warning there, a damaged PNG's error is printed there): it is caught in a file for the
-    call, and the lines that are not theirs are written back. Decoders of the same process
-    take turns, so that no line is taken for another image's.
+    Args:
+        data: the file's bytes.
+        flag: an imdecode flag: 1 (BGR), 0 (gray), -1 (unchanged), ``IMREAD_REDUCED_*``,
+            with ``IGNORE_ORIENTATION`` or not.
     """
+    buf = data.reshape(-1) if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
+    if buf.size > 3 and buf[0] == 0xFF and buf[1] == 0xD8:
+        checked = _jpeg_checked(buf, flag)
+        if checked is not None:
+            return checked
+    elif buf.size > 8 and buf[:8].tobytes() == b"\x89PNG\r\n\x1a\n":
+        damage = png_damage(buf.data)
+        if damage is not None:
+            return Checked(None, damage)
     cv2 = opencv()
-    with _DECODER_LOCK:
-        caught = _Stderr.here().file
-        caught.seek(0)
-        caught.truncate()
-        sys.stderr.flush()
-        saved = os.dup(2)
-        os.dup2(caught.fileno(), 2)
+    try:
+        return Checked(cv2.imdecode(buf, flag))
+    except cv2.error as e:
+        return Checked(None, "OpenCV could not decode it: " + (str(e).strip().splitlines()[-1] if str(e).strip() else "OpenCV error"))
+
+
+def _jpeg_checked(buf: np.ndarray, flag: int) -> Checked | None:
+    """A JPEG through turbojpeg (None: one it does not take, left to OpenCV)."""
+    import simplejpeg
+
+    try:
+        height, width, space, _sampling = simplejpeg.decode_jpeg_header(buf)
+    except ValueError:
+        return None  # a sampling turbojpeg cannot name, ...: libjpeg through OpenCV decides
+    unchanged = flag == -1
+    gray = space == "Gray" if unchanged else not flag & 1
+    cmyk = space in ("CMYK", "YCCK")
+    args: dict[str, Any] = {"colorspace": "CMYK" if cmyk else "GRAY" if gray else "BGR"}
+    factor = 1 if unchanged else _SCALED.get(flag & ~IGNORE_ORIENTATION, 1)
+    if factor > 1 and min(height, width) >= 16:  # below 8 px an edge scales the same by several factors
+        args.update(min_height=-(-height // factor), min_width=-(-width // factor), min_factor=factor)
+    damage = None
+    try:
+        img = simplejpeg.decode_jpeg(buf, strict=True, **args)
+    except ValueError as e:
+        damage = str(e)
         try:
-            img = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), flag)
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        size = caught.tell()
-        caught.seek(0)
-        text = caught.read(size).decode("utf-8", "replace") if size else ""
-    lines = text.splitlines()
-    theirs = [line for line in lines if line.startswith(JPEG_DAMAGE) or line.startswith(("libpng error: ", "libpng warning: "))]
-    others = [line for line in lines if line not in theirs]
-    if others:
-        os.write(2, ("\n".join(others) + "\n").encode())
-    return img, theirs
+            img = simplejpeg.decode_jpeg(buf, strict=False, **args)
+        except ValueError:
+            if damage.startswith(JPEG_DAMAGE):
+                return Checked(None, damage)
+            return None  # not turbojpeg's (12-bit, ...): OpenCV's libjpeg may take it
+    if cmyk:
+        img = _from_cmyk(img, gray)
+    elif gray:
+        img = img.reshape(img.shape[:2])
+    if not unchanged and not flag & IGNORE_ORIENTATION:
+        orientation = _jpeg_orientation(buf.data)
+        if orientation != 1:
+            img = _orient(img, orientation)
+    return Checked(img, damage)
 
 
-def _damage(said: list[str]) -> str | None:
-    """What libjpeg said of damaged data, in a failure's words ("premature end of data segment")."""
-    for line in said:
-        if line.startswith(JPEG_DAMAGE):
-            text = line.removeprefix("Corrupt JPEG data: ").strip()
-            return text[:1].lower() + text[1:]
-    return None
+def _from_cmyk(cmyk: np.ndarray, gray: bool) -> np.ndarray:
+    """OpenCV's CMYK to BGR (or gray) for Adobe's inverted CMYK, as its JPEG decoder does it."""
+    k = cmyk[..., 3].astype(np.int32)
+    c, m, y = ((k - (((255 - cmyk[..., i].astype(np.int32)) * k) >> 8)) for i in range(3))
+    if gray:  # icvCvt_CMYK2Gray_8u: BT.601 weights in 14 bits
+        return ((y * 1868 + m * 9617 + c * 4899 + (1 << 13)) >> 14).astype(np.uint8)
+    return np.stack([y, m, c], axis=-1).astype(np.uint8)
+
+
+def png_damage(data: bytes | memoryview) -> str | None:
+    """What is wrong with a PNG's chunks (structure, a critical chunk's CRC), or None.
+
+    libpng refuses such a file (after printing its error): said here, in-band, first.
+    An ancillary chunk's bad CRC is not damage (libpng drops that chunk and goes on)."""
+    i, n = 8, len(data)
+    while True:
+        if i + 12 > n:
+            return f"PNG: truncated: no IEND chunk ({n:,} bytes)"
+        length = int.from_bytes(data[i : i + 4], "big")
+        kind = bytes(data[i + 4 : i + 8])
+        if not kind.isalpha() or length > 0x7FFFFFFF:
+            return f"PNG: no chunk at byte {i}: its type would be {kind!r}"
+        end = i + 8 + length
+        if end + 4 > n:
+            return f"PNG: truncated: the {kind.decode()} chunk at byte {i} needs {length:,} bytes, {max(0, n - i - 12):,} are there"
+        if kind[0] < 0x61 and zlib.crc32(data[i + 4 : end]) != int.from_bytes(data[end : end + 4], "big"):  # upper case: critical
+            return f"PNG: the {kind.decode()} chunk at byte {i} fails its CRC (damaged data)"
+        if kind == b"IEND":
+            return None
+        i = end + 4
+
+
+def damage_words(damage: str) -> str:
+    """A decoder's words of damage as a failure says them ("premature end of data segment")."""
+    if not damage.startswith(JPEG_DAMAGE):
+        return damage
+    text = damage.removeprefix("Corrupt JPEG data: ").strip()
+    return text[:1].lower() + text[1:]
 
 
 def _decode_with_flag(data: bytes, opts: ImageOptions, info: tuple[str, int, int] | None) -> tuple[np.ndarray, tuple[int, int]]:
@@ -495,27 +551,15 @@ def _decode_with_flag(data: bytes, opts: ImageOptions, info: tuple[str, int, int
 
     An image libjpeg decodes only with a warning of damaged data is a failure (``corrupt``),
     named by that warning, as one it cannot decode: its pixels are partly made up."""
-    cv2 = opencv()
     factor = _reduction(info, opts)
-    flag = _REDUCED[(opts.color, factor)] if factor > 1 else opts.color
-    try:
-        img, said = decode_said(data, flag)
-    except cv2.error as e:
-        reason = str(e).strip().splitlines()[-1] if str(e).strip() else "OpenCV error"
-        raise ImageError("corrupt", f"OpenCV could not decode it: {reason}") from None
-    damage = _damage(said)
+    img, damage = imdecode_checked(data, _REDUCED[(opts.color, factor)] if factor > 1 else opts.color)
     if damage is not None:
-        raise ImageError("corrupt", damage)
+        raise ImageError("corrupt", damage_words(damage))
     if img is None:
         fmt = info[0] if info else image_format(data)
         if fmt is None:
             raise ImageError("not-an-image", _describe_start(data))
-        errors = [line.removeprefix("libpng error: ") for line in said if line.startswith("libpng error: ")]
-        if errors:
-            raise ImageError("corrupt", f"{fmt}: {errors[0]}")
         raise ImageError("corrupt", f"OpenCV could not decode the {fmt} data (corrupt or truncated)")
-    for line in said:  # libpng's warnings (an sRGB profile, ...): the image is fine; said as before
-        os.write(2, (line + "\n").encode())
     if info is None and img.shape[0] * img.shape[1] > opts.max_pixels:
         h, w = img.shape[:2]
         raise ImageError("too-large", f"{w}x{h} = {w * h:,} pixels is above --max-pixels {opts.max_pixels:,}")

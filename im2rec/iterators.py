@@ -50,7 +50,7 @@ import numpy as np
 
 from . import ndfile
 from .augment import CROP_EMIT_MODES, CROP_SAMPLER_ARGS, RESIZE_MODES, DetAugmenter, DetNormalizer, ImageAugmenter, Normalizer, decode_for_iterator
-from .dataset import RecordDataset
+from .dataset import DAMAGE_POLICIES, Damaged, RecordDataset, SkipRecord
 from .errors import Im2recError, ImageError, LabelError, OptionError, RecordIOError
 from .lst import iter_lst
 
@@ -144,6 +144,8 @@ _READER_ARGS = {
     "seed_aug": Arg("optional-int", None),
     # the .idx (ImageDetRecordIter: im2rec's; records are read through it)
     "path_imgidx": Arg("str", ""),
+    # im2rec's: a record whose image is damaged: its pixels and a warning, left out, or an error
+    "on_damaged": Arg("choice", "warn", choices=DAMAGE_POLICIES),
 }
 RECORD_ITER_ARGS: dict[str, Arg] = {
     **_READER_ARGS,
@@ -400,6 +402,13 @@ def plan_epoch(order: np.ndarray, next_order: Callable[[], np.ndarray], epoch: i
     return EpochPlan(rows.reshape(nb, batch_size), epochs.reshape(nb, batch_size), pads, skip_next)
 
 
+def _epoch_order(part: np.ndarray, shuffle: bool, seed: int, epoch: int) -> np.ndarray:
+    """The records of an epoch in the order they are read: the part, permuted with ``shuffle``."""
+    if not shuffle:
+        return part
+    return np.random.default_rng([_seed_words(seed), 0x5EED, epoch]).permutation(part)
+
+
 def _seed_words(seed: int) -> int:
     return int(seed) % (1 << 32)
 
@@ -419,7 +428,40 @@ _END = object()
 MEAN_PASS = (1 << 32) - 1
 
 
-def _produce(owner: weakref.ref[_RecordIter], plan: EpochPlan, out: queue.Queue[Any], stop: threading.Event) -> None:
+class _Stream:
+    """An epoch's records not yet given a row, in the plan's order. A batch takes its rows
+    from here, and so do the rows of records left out (``on_damaged="skip"``): the batch is
+    filled from the next records, and the later batches move up. Past the epoch's records a
+    take gives the next epoch's (``round_batch``, counted in ``borrowed``) or -1 (padding)."""
+
+    def __init__(self, plan: EpochPlan, epoch: int, following: Callable[[], np.ndarray] | None):
+        rows, epochs = plan.rows.reshape(-1), plan.epochs.reshape(-1)
+        real = rows >= 0
+        self.items, self.epochs = rows[real], epochs[real]
+        self.at = 0
+        self.epoch = epoch
+        self.following = following  # the next epoch's order, when round_batch lends from it
+        self.borrowed = 0  # records of the next epoch given rows of this one
+
+    def more(self) -> bool:
+        """Whether a batch of this epoch starts at the next record."""
+        return self.at < self.items.size and self.epochs[self.at] == self.epoch
+
+    def take(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        items = np.full(n, -1, dtype=np.int64)
+        epochs = np.full(n, self.epoch, dtype=np.int64)
+        got = min(n, self.items.size - self.at)
+        items[:got], epochs[:got] = self.items[self.at : self.at + got], self.epochs[self.at : self.at + got]
+        self.at += got
+        self.borrowed += int(np.count_nonzero(epochs[:got] != self.epoch))
+        if got < n and self.following is not None:  # records left out: more lent by the next epoch
+            extra = self.following()[self.borrowed : self.borrowed + n - got]
+            items[got : got + extra.size], epochs[got : got + extra.size] = extra, self.epoch + 1
+            self.borrowed += int(extra.size)
+        return items, epochs
+
+
+def _produce(owner: weakref.ref[_RecordIter], stream: _Stream, out: queue.Queue[Any], stop: threading.Event) -> None:
     """The background thread of an iterator: each batch's rows filled by the iterator's pool,
     batches in order into ``out``; an error is passed on in place of the batch it spoiled,
     then nothing more. It holds the iterator only while it hands out a batch's work, so that
@@ -435,28 +477,38 @@ def _produce(owner: weakref.ref[_RecordIter], plan: EpochPlan, out: queue.Queue[
                     return False
         return False
 
-    def finish(work: tuple[_Batch, list[Future[None]]], dataset: RecordDataset) -> bool:
-        batch, futures = work
-        for f in futures:
-            error = f.exception()
-            if error is not None:
-                for other in futures:
-                    other.cancel()
-                raise error
+    def finish(work: _Work, dataset: RecordDataset) -> bool:
+        while True:
+            skipped = []
+            for row, f in work.futures:
+                error = f.exception()
+                if isinstance(error, SkipRecord):
+                    skipped.append(row)
+                elif error is not None:
+                    for _, other in work.futures:
+                        other.cancel()
+                    raise error
+            if not skipped:
+                break
+            it = owner()
+            if it is None:
+                return False
+            work = it.refill(work, skipped, *stream.take(len(skipped)))
+            del it
         dataset.release()  # the mapped pages of the records decoded: memory stays flat
-        return put(batch)
+        return put(work.batch)
 
     # Two batches in the pool at a time, so that its threads never wait for the last images
     # of one batch; the one before is finished (waited for) and handed on.
-    pending: deque[tuple[_Batch, list[Future[None]]]] = deque()
+    pending: deque[_Work] = deque()
     try:
         dataset = None
-        for rows, epochs, pad in zip(plan.rows, plan.epochs, plan.pads):
+        while stream.more():
             it = owner()
             if it is None or stop.is_set():
                 return
             dataset = it.dataset
-            pending.append(it.start_batch(rows, epochs, int(pad)))
+            pending.append(it.start_batch(*stream.take(it.batch_size)))
             del it
             if len(pending) > 1 and not finish(pending.popleft(), dataset):
                 return
@@ -468,9 +520,19 @@ def _produce(owner: weakref.ref[_RecordIter], plan: EpochPlan, out: queue.Queue[
     except BaseException as e:  # a record that cannot be read or decoded: the consumer raises it
         put(e)
     finally:
-        for _, futures in pending:
-            for f in futures:
+        for work in pending:
+            for _, f in work.futures:
                 f.cancel()
+
+
+class _Work(NamedTuple):
+    """A batch being filled: its rows' items, and the pool's work on each row."""
+
+    batch: _Batch
+    epoch: int  # the epoch the batch is of (rows of another are lent to it)
+    items: np.ndarray
+    epochs: np.ndarray
+    futures: list[tuple[int, Future[None]]]
 
 
 class _RecordIter:
@@ -491,6 +553,7 @@ class _RecordIter:
         if a["path_imglist"] and not os.path.exists(a["path_imglist"]):
             raise OptionError(f"{a['path_imglist']}: no such file (path_imglist)", "path_imglist")
         # without path_imgidx MXNet reads the .rec through: so does this, when no .idx is beside it
+        self._damaged = Damaged(a["on_damaged"], a["path_imgrec"])
         self.dataset = RecordDataset(a["path_imgrec"], mode="raw", storage_options=a["storage_options"], index=a["path_imgidx"] or None, insightface=self.FACES, scan=not a["path_imgidx"], on_missing="skip")
         positions = self.dataset.positions if self._splits_by_bytes() else None
         self.part = part_items(len(self.dataset), a["num_parts"], a["part_index"], positions, self.dataset.total_bytes)
@@ -575,13 +638,16 @@ class _RecordIter:
 
     def _decode(self, image: Any, item: int) -> np.ndarray:
         channels = self.data_shape[0]
-        img = decode_for_iterator(image, channels)
-        if img is None:
-            raise ImageError("corrupt", f"{self._where(item)}: the image cannot be decoded ({len(image):,} bytes)")
+        img = self._damaged.image(self._where(item), decode_for_iterator(image, channels), len(image))
         if channels == 4 and (img.ndim != 3 or img.shape[2] != 4):
             got = 1 if img.ndim == 2 else img.shape[2]
             raise ImageError("channels", f"{self._where(item)}: data_shape asks for 4 channels, the image has {got}")
         return img
+
+    @property
+    def damaged(self) -> int:
+        """How many records whose image is damaged (or cannot be decoded, with ``on_damaged="skip"``) this iterator has met."""
+        return len(self._damaged)
 
     def _rng(self, epoch: int, item: int) -> np.random.Generator:
         return np.random.default_rng([self._aug_seed, int(epoch), int(item)])
@@ -589,18 +655,18 @@ class _RecordIter:
     # ---- epochs
 
     def _order(self, epoch: int) -> np.ndarray:
-        if not self.args["shuffle"]:
-            return self.part
-        return np.random.default_rng([_seed_words(self.args["seed"]), 0x5EED, epoch]).permutation(self.part)
+        return _epoch_order(self.part, self.args["shuffle"], self.args["seed"], epoch)
 
     def _start_epoch(self) -> None:
         epoch = self.epoch
         self._plan = plan_epoch(self._order(epoch), lambda: self._order(epoch + 1), epoch, self.batch_size, self.args["round_batch"], self._skip)
-        self._delivered = 0
+        part, shuffle, seed = self.part, self.args["shuffle"], self.args["seed"]  # not self: the producer must not hold the iterator
+        self._stream = _Stream(self._plan, epoch, (lambda: _epoch_order(part, shuffle, seed, epoch + 1)) if self.args["round_batch"] else None)
+        self._ended = False
         # prefetch_buffer batches ahead of the one in use: up to two being filled, the rest ready
         self._queue: queue.Queue[Any] = queue.Queue(max(1, self.args["prefetch_buffer"] - 2))
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=_produce, args=(weakref.ref(self), self._plan, self._queue, self._stop), name=f"im2rec-{self.NAME}", daemon=True)
+        self._thread = threading.Thread(target=_produce, args=(weakref.ref(self), self._stream, self._queue, self._stop), name=f"im2rec-{self.NAME}", daemon=True)
         self._thread.start()
 
     def _new_batch(self, pad: int) -> _Batch:
@@ -609,13 +675,33 @@ class _RecordIter:
         label = np.zeros((b, *self._label_shape()[1:]), dtype=np.float32)
         return _Batch(data, label, np.zeros(b, dtype=np.uint64), int(pad))
 
-    def start_batch(self, rows: np.ndarray, epochs: np.ndarray, pad: int) -> tuple[_Batch, list[Future[None]]]:
+    def start_batch(self, rows: np.ndarray, epochs: np.ndarray) -> _Work:
         """A new batch and the pool's work filling its rows: ``rows[r]`` is the item of row r
-        (-1: left empty), ``epochs[r]`` the epoch it is read for. From a store, the batch's
-        records are fetched at once first."""
+        (-1: left empty, padding), ``epochs[r]`` the epoch it is read for. From a store, the
+        batch's records are fetched at once first."""
+        pad = int(np.count_nonzero((rows < 0) | (epochs != epochs[0])))  # padding, and rows lent by the next epoch
         self.dataset.prefetch(rows[rows >= 0])
         batch = self._new_batch(pad)
-        return batch, [self._pool.submit(self._fill, batch, r, int(item), int(e)) for r, (item, e) in enumerate(zip(rows, epochs)) if item >= 0]
+        return _Work(batch, int(epochs[0]), rows.copy(), epochs.copy(), self._submit(batch, range(len(rows)), rows, epochs))
+
+    def _submit(self, batch: _Batch, positions: Any, rows: np.ndarray, epochs: np.ndarray) -> list[tuple[int, Future[None]]]:
+        return [(int(r), self._pool.submit(self._fill, batch, int(r), int(item), int(e))) for r, item, e in zip(positions, rows, epochs) if item >= 0]
+
+    def refill(self, work: _Work, skipped: list[int], rows: np.ndarray, epochs: np.ndarray) -> _Work:
+        """``work``'s batch without the rows ``skipped`` (records left out): the rows after
+        them move up, and the new last rows are filled with ``rows`` (-1: padding)."""
+        keep = np.asarray([r for r in range(self.batch_size) if r not in set(skipped)], dtype=np.int64)
+        batch = work.batch
+        n = keep.size
+        batch.data[:n], batch.label[:n], batch.ids[:n] = batch.data[keep], batch.label[keep], batch.ids[keep]
+        items = np.concatenate([work.items[keep], rows])
+        epochs_now = np.concatenate([work.epochs[keep], epochs])
+        tail = np.arange(n, self.batch_size)
+        empty = tail[rows < 0]
+        batch.data[empty], batch.label[empty], batch.ids[empty] = 0, 0, 0
+        self.dataset.prefetch(rows[rows >= 0])
+        batch = batch._replace(pad=int(np.count_nonzero((items < 0) | (epochs_now != work.epoch))))
+        return _Work(batch, work.epoch, items, epochs_now, self._submit(batch, tail, rows, epochs))
 
     def _stop_producer(self) -> None:
         self._stop.set()
@@ -627,7 +713,7 @@ class _RecordIter:
         """Back to the start: the next epoch (reshuffled with ``shuffle``). If the epoch that
         ended lent records to fill its last batch (``round_batch``), the next starts after them."""
         self._stop_producer()
-        self._skip = self._plan.skip_next if self._delivered == len(self._plan.rows) and len(self._plan.rows) else 0
+        self._skip = self._stream.borrowed if self._ended else 0
         self.epoch += 1
         self._current = None
         self._start_epoch()
@@ -646,13 +732,13 @@ class _RecordIter:
                     return False
         if x is _END:
             self._current = None
+            self._ended = True
             self._queue.put(_END)  # a further call answers the same
             return False
         if isinstance(x, BaseException):
             self._queue.put(x)
             raise x
         self._current = x
-        self._delivered += 1
         return True
 
     def next(self) -> DataBatch:
@@ -740,7 +826,7 @@ class _RecordIter:
         return mean
 
     def _compute_mean(self) -> np.ndarray:
-        plan = plan_epoch(self.part, lambda: self.part, MEAN_PASS, self.batch_size, False)
+        plan = _Stream(plan_epoch(self.part, lambda: self.part, MEAN_PASS, self.batch_size, False), MEAN_PASS, None)
         total = np.zeros(self.data_shape, dtype=np.float32)
         count = 0
         q: queue.Queue[Any] = queue.Queue(2)

@@ -64,7 +64,7 @@ def refused_in_words(result, named):
     assert result.exit_code in (0, 1), (result.exit_code, result.output)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     for line in lines:
-        assert line.startswith(("Error: ", "warning: ", "/")), line
+        assert line.startswith(("Error: ", "warning: ", "/")), result.stderr
     if result.exit_code == 1:
         assert lines and any(name in line for line in lines for name in named), (result.stderr, named)
 

@@ -208,5 +208,20 @@ def test_a_damaged_jpeg_is_read_with_a_warning_naming_it(real_size_folders, tmp_
     assert [r.getMessage() for r in caplog.records] == [
         f"{tmp_path / 'd.rec'}: record 7 (byte {offset}): Corrupt JPEG data: premature end of data segment: the image is damaged (`im2rec verify {tmp_path / 'd.rec'} --decode` lists every such record)"
     ]
-    with pytest.raises(Im2recError, match=r"^.*/d\.rec: record 9 \(byte 179280\): the image cannot be decoded$"):
+    with pytest.raises(Im2recError) as e:
         ds[2]
+    assert str(e.value) == f"{tmp_path / 'd.rec'}: record 9 (byte 179280): the image cannot be decoded (48 bytes: PNG: no chunk at byte 8: its type would be b'\\x00\\x00\\x00\\x00')"
+    assert ds.damaged == 2 and len(caplog.records) == 1
+    ds[1]
+    assert len(caplog.records) == 1  # one warning per record
+
+    # "skip": the next good record in its place (an epoch keeps its length); "raise": an error
+    skipping = RecordDataset(tmp_path / "d.rec", on_damaged="skip")
+    assert [np.array_equal(skipping[i][0], ds[0][0]) for i in range(3)] == [True, True, True]
+    assert skipping.damaged == 2
+    raising = RecordDataset(tmp_path / "d.rec", on_damaged="raise")
+    with pytest.raises(Im2recError) as e:
+        raising[1]
+    assert str(e.value) == f"{tmp_path / 'd.rec'}: record 7 (byte {offset}): Corrupt JPEG data: premature end of data segment: the image is damaged (on_damaged='raise')"
+    with pytest.raises(ValueError, match=r"^on_damaged must be one of 'warn', 'skip', 'raise', got 'ignore'$"):
+        RecordDataset(tmp_path / "d.rec", on_damaged="ignore")

@@ -170,7 +170,7 @@ def test_cubic_resize_is_opencv_342s():
 
 
 def test_imdecode_refuses_in_words():
-    with pytest.raises(ImageError, match=r"^imdecode: 5 bytes that OpenCV cannot decode as an image$"):
+    with pytest.raises(ImageError, match=r"^imdecode: 5 bytes that cannot be decoded as an image$"):
         im2rec.imdecode(b"hello")
     with pytest.raises(ValueError, match=r"^imdecode: the buffer is empty$"):
         im2rec.imdecode(b"")

@@ -317,7 +317,7 @@ class Reader(SampleReader):
         try:
             return self.pq.ParquetFile(self._open(path))
         except Exception as e:
-            raise Im2recError(f"{path}: not a readable Parquet file: {e}") from None
+            raise Im2recError(f"{path}: not a readable Parquet file: {' '.join(str(e).split())}") from None
 
     def _external(self, path: str, file: str) -> bytes | None:
         """The bytes of an image a row names by path only: the path as it is, or relative to
