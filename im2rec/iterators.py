@@ -479,8 +479,10 @@ def _produce(owner: weakref.ref[_RecordIter], stream: _Stream, out: queue.Queue[
 
     def finish(work: _Work, dataset: RecordDataset) -> bool:
         while True:
-            skipped = []
+            skipped = sorted(work.moved)
             for row, f in work.futures:
+                if row in work.moved:
+                    continue
                 error = f.exception()
                 if isinstance(error, SkipRecord):
                     skipped.append(row)
@@ -493,10 +495,22 @@ def _produce(owner: weakref.ref[_RecordIter], stream: _Stream, out: queue.Queue[
             it = owner()
             if it is None:
                 return False
-            work = it.refill(work, skipped, *stream.take(len(skipped)))
+            work = it.refill(work, skipped, *replacements(len(skipped), work.epoch))
             del it
         dataset.release()  # the mapped pages of the records decoded: memory stays flat
         return put(work.batch)
+
+    def replacements(n: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """Records for ``n`` rows of a batch whose records were left out: the next ones; when
+        the epoch has none left, the last ones of the batch being filled behind it (which
+        then fills its own rows in turn), so that only the epoch's last batch is short."""
+        if not stream.more() and pending and pending[0].epoch == epoch:
+            donor = pending[0]
+            rows = [r for r in range(len(donor.items) - 1, -1, -1) if donor.items[r] >= 0 and donor.epochs[r] == epoch and r not in donor.moved][:n]
+            if len(rows) == n:
+                donor.moved.update(rows)
+                return donor.items[rows[::-1]], donor.epochs[rows[::-1]]
+        return stream.take(n)
 
     # Two batches in the pool at a time, so that its threads never wait for the last images
     # of one batch; the one before is finished (waited for) and handed on.
@@ -533,6 +547,7 @@ class _Work(NamedTuple):
     items: np.ndarray
     epochs: np.ndarray
     futures: list[tuple[int, Future[None]]]
+    moved: set[int]  # rows whose records went to fill the batch before (see _produce)
 
 
 class _RecordIter:
@@ -682,7 +697,7 @@ class _RecordIter:
         pad = int(np.count_nonzero((rows < 0) | (epochs != epochs[0])))  # padding, and rows lent by the next epoch
         self.dataset.prefetch(rows[rows >= 0])
         batch = self._new_batch(pad)
-        return _Work(batch, int(epochs[0]), rows.copy(), epochs.copy(), self._submit(batch, range(len(rows)), rows, epochs))
+        return _Work(batch, int(epochs[0]), rows.copy(), epochs.copy(), self._submit(batch, range(len(rows)), rows, epochs), set())
 
     def _submit(self, batch: _Batch, positions: Any, rows: np.ndarray, epochs: np.ndarray) -> list[tuple[int, Future[None]]]:
         return [(int(r), self._pool.submit(self._fill, batch, int(r), int(item), int(e))) for r, item, e in zip(positions, rows, epochs) if item >= 0]
@@ -701,7 +716,7 @@ class _RecordIter:
         batch.data[empty], batch.label[empty], batch.ids[empty] = 0, 0, 0
         self.dataset.prefetch(rows[rows >= 0])
         batch = batch._replace(pad=int(np.count_nonzero((items < 0) | (epochs_now != work.epoch))))
-        return _Work(batch, work.epoch, items, epochs_now, self._submit(batch, tail, rows, epochs))
+        return _Work(batch, work.epoch, items, epochs_now, self._submit(batch, tail, rows, epochs), set())
 
     def _stop_producer(self) -> None:
         self._stop.set()

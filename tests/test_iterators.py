@@ -761,3 +761,70 @@ def test_real_size_detection_with_default_arguments(real_size_folders, tmp_path)
     labels = np.concatenate([b.label[0] for b in batches])[: len(lines)]
     assert np.allclose(labels[:, :4], [3, 300, 300, 7]) and np.allclose(labels[:, 7:11], [0.1, 0.2, 0.6, 0.9], atol=1e-6)
     assert batches[0].data[0].shape == (6, 3, 300, 300)
+
+
+# --------------------------------------------------------------------------- damaged images
+
+
+@pytest.fixture(scope="module")
+def damaged_recs(real_size_folders, tmp_path_factory):
+    """12 ImageNet-like JPEGs, the 6th with 2,000 zero bytes in its middle, packed
+    ``--pass-through`` (a classification .rec) and ``--pass-through --pack-label`` (detection)."""
+    from click.testing import CliRunner
+
+    from im2rec.cli import main
+
+    out = tmp_path_factory.mktemp("damaged")
+    files = sorted(real_size_folders["imagenet"].rglob("*.jpg"))[:12]
+    (out / "images").mkdir()
+    for n, f in enumerate(files):
+        data = bytearray(f.read_bytes())
+        if n == 5:
+            data[len(data) // 2 : len(data) // 2 + 2000] = bytes(2000)
+        (out / "images" / f"{n:02d}.jpg").write_bytes(bytes(data))
+    (out / "cls.lst").write_text("".join(f"{n}\t{n % 3}\t{n:02d}.jpg\n" for n in range(12)))
+    (out / "det.lst").write_text("".join(f"{n}\t2\t5\t{n % 3}\t0.1\t0.2\t0.6\t0.9\t{n:02d}.jpg\n" for n in range(12)))
+    for name, extra in (("cls", []), ("det", ["--pack-label"])):
+        result = CliRunner().invoke(main, ["pack", str(out / f"{name}.lst"), str(out / "images"), "--pass-through", "-q", *extra])
+        assert result.exit_code == 0, result.output
+    return {"cls": out / "cls.rec", "det": out / "det.rec"}
+
+
+@pytest.mark.parametrize("kind", ["cls", "det"])
+def test_a_damaged_jpeg_is_said_skipped_or_raised_as_on_damaged_asks(damaged_recs, kind, caplog, capfd):
+    import logging
+
+    rec = damaged_recs[kind]
+    offset = recordio.read_index(rec.with_suffix(".idx")).offset(5)
+    where = f"{rec}: record 5 (byte {offset})"
+    make = im2rec.ImageRecordIter if kind == "cls" else im2rec.ImageDetRecordIter
+    shape = {"data_shape": (3, 224, 224), "batch_size": 4, "resize": 256}
+
+    def epoch(**kw):
+        with deadline(120, "an epoch"), make(path_imgrec=str(rec), **shape, **kw) as it:
+            batches = list(it)
+            return batches, it.damaged
+
+    with caplog.at_level(logging.WARNING):
+        batches, damaged = epoch()
+    ids = [int(i) for b in batches for i in b.index[: 4 - b.pad]]
+    assert ids == list(range(12)) and damaged == 1  # "warn": MXNet's pixels, all 12 records
+    assert [r.getMessage() for r in caplog.records] == [f"{where}: Corrupt JPEG data: premature end of data segment: the image is damaged (`im2rec verify {rec} --decode` lists every such record)"]
+    caplog.clear()
+
+    with caplog.at_level(logging.WARNING):
+        skipped, damaged = epoch(on_damaged="skip")
+    rows = [(int(i), b.data[0][r].copy()) for b in skipped for r, i in enumerate(b.index[: 4 - b.pad])]
+    # the batch filled from the next records (at the epoch's end: the last of the batch behind it)
+    assert [i for i, _ in rows] == [0, 1, 2, 3, 4, 6, 7, 11, 8, 9, 10] and damaged == 1
+    assert [b.pad for b in skipped] == [0, 0, 1]
+    by_id = {int(i): b.data[0][r] for b in batches for r, i in enumerate(b.index[: 4 - b.pad])}
+    assert all(np.array_equal(by_id[i], row) for i, row in rows)  # the same pixels, moved up
+    assert [r.getMessage() for r in caplog.records] == [f"{where}: Corrupt JPEG data: premature end of data segment: left out (on_damaged='skip')"]
+
+    with pytest.raises(ImageError) as e:
+        epoch(on_damaged="raise")
+    assert str(e.value) == f"{where}: Corrupt JPEG data: premature end of data segment: the image is damaged (on_damaged='raise')"
+    with pytest.raises(OptionError, match=r"on_damaged"):
+        epoch(on_damaged="ignore")
+    assert not [line for line in capfd.readouterr().err.splitlines() if line.startswith("Corrupt JPEG")]  # libjpeg's own line never

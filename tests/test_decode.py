@@ -1,0 +1,199 @@
+"""The one checked decode (``image.imdecode_checked``): OpenCV's pixels byte for byte, damage
+said in-band by the decoder, nothing on stderr, no lock: threads decode in parallel."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+import im2rec
+from im2rec import recordio
+from im2rec.dataset import RecordDataset
+from im2rec.image import IGNORE_ORIENTATION, imdecode_checked, png_damage
+
+DATA = Path(__file__).parent / "data"
+#: every imdecode flag a reader uses: colour, gray, unchanged, the reduced decodes, without EXIF turns
+FLAGS = (1, 0, -1, 17, 33, 65, 16, 64, 1 | IGNORE_ORIENTATION, 0 | IGNORE_ORIENTATION)
+
+
+def _jpegs(real_size_folders) -> list[tuple[str, bytes]]:
+    """Real-size JPEGs, the odd ones (CMYK, EXIF-rotated, progressive), those of the golden
+    files, and every chroma subsampling, baseline and progressive, of one photo."""
+    files = sorted(real_size_folders["imagenet"].rglob("*.jpg"))[:40] + sorted(real_size_folders["large"].rglob("*.jpg"))[:4]
+    out = [(p.name, p.read_bytes()) for p in files]
+    out += [(p.name, p.read_bytes()) for p in sorted((DATA / "odd").glob("*.jpg"))]
+    for rec in sorted(DATA.rglob("*.rec")):
+        idx = rec.with_suffix(".idx")
+        if not idx.exists():
+            continue
+        reader = recordio.RecordReader(rec, idx)
+        for key in list(reader.keys())[:6]:
+            try:
+                img = recordio.unpack(reader.read(key))[1]
+            except Exception:  # an insightface header, a raw record
+                continue
+            if img[:2] == b"\xff\xd8":
+                out.append((f"{rec.name}:{key}", bytes(img)))
+    photo = cv2.imdecode(np.frombuffer(out[0][1], np.uint8), 1)
+    for progressive in (0, 1):
+        for sampling in (0x411111, 0x221111, 0x211111, 0x121111, 0x111111):
+            _, enc = cv2.imencode(".jpg", photo, [cv2.IMWRITE_JPEG_PROGRESSIVE, progressive, cv2.IMWRITE_JPEG_SAMPLING_FACTOR, sampling])
+            out.append((f"sampling {sampling:x} progressive {progressive}", enc.tobytes()))
+    out.append(("gray", cv2.imencode(".jpg", cv2.cvtColor(photo, cv2.COLOR_BGR2GRAY))[1].tobytes()))
+    out.append(("odd size", cv2.imencode(".jpg", cv2.resize(photo, (333, 257)))[1].tobytes()))
+    return out
+
+
+def test_the_pixels_are_opencvs_byte_for_byte(real_size_folders):
+    """Every flag, every kind of JPEG (and the PNGs, the other formats, which OpenCV decodes)."""
+    jpegs = _jpegs(real_size_folders)
+    assert len(jpegs) > 60
+    others = [(p.name, p.read_bytes()) for p in sorted((DATA / "odd").glob("*.png"))]
+    for name, data in jpegs + others:
+        for flag in FLAGS if data[:2] == b"\xff\xd8" else (1, 0, -1):
+            want = cv2.imdecode(np.frombuffer(data, np.uint8), flag)
+            got, damage = imdecode_checked(data, flag)
+            assert damage is None, (name, flag, damage)
+            assert got is not None and got.shape == want.shape and got.dtype == want.dtype, (name, flag)
+            assert np.array_equal(got, want), (name, flag)
+
+
+def _damaged(jpeg: bytes) -> bytes:
+    """2,000 zero bytes in the middle of the scan: libjpeg decodes it with a warning, grey below."""
+    data = bytearray(jpeg)
+    data[len(data) // 2 : len(data) // 2 + 2000] = bytes(2000)
+    return bytes(data)
+
+
+def test_damage_comes_back_as_the_decoders_words_with_the_pixels_libjpeg_makes(real_size_folders, capfd):
+    jpeg = sorted(real_size_folders["imagenet"].rglob("*.jpg"))[0].read_bytes()
+    img, damage = imdecode_checked(_damaged(jpeg), 1)
+    assert damage == "Corrupt JPEG data: premature end of data segment"
+    good = cv2.imdecode(np.frombuffer(jpeg, np.uint8), 1)
+    assert img.shape == good.shape
+    rows = np.flatnonzero(np.any(img != good, axis=(1, 2)))
+    assert 0 < rows[0] < img.shape[0] // 2 + img.shape[0] // 4  # the top as it was, made up below the damage
+    flipped = bytearray(jpeg)
+    flipped[len(flipped) - 3] ^= 0xFF
+    assert imdecode_checked(bytes(flipped), 0).damage is not None
+    assert "Corrupt JPEG" not in capfd.readouterr().err  # libjpeg's own line never reaches stderr
+
+
+def test_a_png_is_checked_chunk_by_chunk_before_libpng_sees_it(capfd):
+    png = cv2.imencode(".png", np.arange(64 * 64 * 3, dtype=np.uint8).reshape(64, 64, 3))[1].tobytes()
+    assert png_damage(png) is None and imdecode_checked(png).damage is None
+    idat = png.index(b"IDAT") - 4
+    bad = bytearray(png)
+    bad[idat + 20] ^= 0x55
+    assert imdecode_checked(bytes(bad)) == (None, f"PNG: the IDAT chunk at byte {idat} fails its CRC (damaged data)")
+    assert png_damage(png[:-20]) == f"PNG: truncated: the IDAT chunk at byte {idat} needs {int.from_bytes(png[idat : idat + 4], 'big'):,} bytes, {len(png) - 20 - idat - 12:,} are there"
+    assert png_damage(png[: idat + int.from_bytes(png[idat : idat + 4], "big") + 12]) == f"PNG: truncated: no IEND chunk ({idat + int.from_bytes(png[idat : idat + 4], 'big') + 12:,} bytes)"
+    assert "libpng" not in capfd.readouterr().err
+
+
+def _parallelism(work, items, threads: int) -> float:
+    """Process CPU seconds per wall second while ``threads`` threads run ``work`` over ``items``."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(work, items))
+    return (time.process_time() - cpu) / (time.perf_counter() - wall)
+
+
+def test_a_thread_decodes_while_another_is_inside_a_decode(real_size_folders):
+    """No lock between decoders: while one thread decodes a large photo (tens of ms), another
+    decodes small ones, even on a loaded machine (with a lock it would wait for the large one)."""
+    large = max(real_size_folders["large"].rglob("*.jpg"), key=lambda p: p.stat().st_size).read_bytes()
+    small = [p.read_bytes() for p in sorted(real_size_folders["imagenet"].rglob("*.jpg"))[:4]]
+    for _ in range(5):
+        inside = threading.Event()
+        spans: list[tuple[float, float]] = []
+        finished: list[float] = []
+
+        def big(inside: threading.Event, spans: list) -> None:
+            inside.set()
+            start = time.perf_counter()
+            imdecode_checked(large, 1)
+            spans.append((start, time.perf_counter()))
+
+        thread = threading.Thread(target=big, args=(inside, spans))
+        thread.start()
+        inside.wait()
+        while thread.is_alive():
+            imdecode_checked(small[len(finished) % 4], 1)
+            finished.append(time.perf_counter())
+        thread.join()
+        start, end = spans[0]
+        if sum(start < t < end for t in finished) >= 3:
+            return
+    raise AssertionError(f"no small decode finished while the large one ran ({end - start:.3f} s): decoders take turns")
+
+
+@pytest.mark.xdist_group("timing")
+def test_two_threads_decode_in_parallel(real_size_folders):
+    """As a ratio measured side by side: decoding in 2 threads keeps 2 cores busy as well as
+    hashing does (which holds no lock at all), and runs at least 1.7x one thread's rate.
+    A busy machine (hashing itself not parallel) skips rather than fails."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core")
+    blobs = [p.read_bytes() for p in sorted(real_size_folders["imagenet"].rglob("*.jpg"))[:200]]
+    damaged = [_damaged(b) for b in blobs[:20]]
+    chunk = np.random.default_rng(0).bytes(8 << 20)
+    control = _parallelism(lambda _: hashlib.sha256(chunk).digest(), range(64), 2)
+    if control < 1.6:
+        pytest.skip(f"the machine is busy: hashing in 2 threads kept {control:.2f} cores busy")
+
+    def rate(threads: int) -> float:
+        start = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda b: imdecode_checked(b, 1), (blobs + damaged) * 2))
+        return 1 / (time.perf_counter() - start)
+
+    best = max(rate(2) / rate(1) for _ in range(3))
+    assert best >= 1.7, f"2 threads decode at {best:.2f}x one thread (hashing keeps {control:.2f} cores busy)"
+
+
+def test_a_thread_writing_to_stderr_loses_no_line_while_others_decode_damaged_images(real_size_folders, tmp_path, capfd, caplog):
+    jpeg = sorted(real_size_folders["imagenet"].rglob("*.jpg"))[0].read_bytes()
+    with recordio.RecordWriter(tmp_path / "d.rec", tmp_path / "d.idx") as w:
+        for key in range(40):
+            w.write_idx(key, recordio.pack(recordio.IRHeader(0, 1.0, key, 0), _damaged(jpeg) if key % 2 else jpeg))
+    ds = RecordDataset(tmp_path / "d.rec")
+    done = threading.Event()
+
+    def write() -> None:
+        for n in range(300):
+            if n % 2:
+                os.write(2, f"line {n}\n".encode())
+            else:
+                print(f"line {n}", file=sys.stderr, flush=True)
+        done.set()
+
+    writer = threading.Thread(target=write)
+    with caplog.at_level(logging.WARNING, logger="im2rec.dataset"), ThreadPoolExecutor(2) as pool:
+        writer.start()
+        while not done.is_set():
+            list(pool.map(ds.__getitem__, range(len(ds))))
+        writer.join()
+    err = capfd.readouterr().err
+    assert err.splitlines() == [f"line {n}" for n in range(300)]
+    assert ds.damaged == 20 and len(caplog.records) == 20
+
+
+def test_imdecode_warns_of_damage_and_gives_mxnets_pixels(real_size_folders, caplog):
+    jpeg = sorted(real_size_folders["imagenet"].rglob("*.jpg"))[0].read_bytes()
+    bad = _damaged(jpeg)
+    with caplog.at_level(logging.WARNING, logger="im2rec.augment"):
+        img = im2rec.imdecode(bad)
+    want = cv2.cvtColor(imdecode_checked(bad, 1 | IGNORE_ORIENTATION).image, cv2.COLOR_BGR2RGB)
+    assert np.array_equal(img, want)
+    assert [r.getMessage() for r in caplog.records] == [f"imdecode: {len(bad)} bytes: Corrupt JPEG data: premature end of data segment: the image is damaged"]
