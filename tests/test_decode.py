@@ -197,3 +197,23 @@ def test_imdecode_warns_of_damage_and_gives_mxnets_pixels(real_size_folders, cap
     want = cv2.cvtColor(imdecode_checked(bad, 1 | IGNORE_ORIENTATION).image, cv2.COLOR_BGR2RGB)
     assert np.array_equal(img, want)
     assert [r.getMessage() for r in caplog.records] == [f"imdecode: {len(bad)} bytes: Corrupt JPEG data: premature end of data segment: the image is damaged"]
+
+
+def test_damaged_records_give_mxnets_own_batches_and_are_named(caplog):
+    """tests/data/damaged: MXNet 1.9.1's ImageRecordIter batches of a .rec with two damaged
+    JPEGs (make.py), value for value with ``on_damaged="warn"``, and each damaged record said once."""
+    folder = DATA / "damaged"
+    golden = np.load(folder / "golden.npz")
+    rec = folder / "damaged.rec"
+    index = recordio.read_index(folder / "damaged.idx")
+    with caplog.at_level(logging.WARNING, logger="im2rec"):
+        for threads in (1, 4):
+            with im2rec.ImageRecordIter(path_imgrec=str(rec), path_imgidx=str(folder / "damaged.idx"), data_shape=(3, 32, 32), resize=40, batch_size=4, preprocess_threads=threads) as it:
+                batches = list(it)
+                assert it.damaged == 2
+            assert np.array_equal(np.concatenate([b.data[0] for b in batches]), golden["data"].astype(np.float32))
+            assert np.array_equal(np.concatenate([b.label[0] for b in batches]), golden["label"])
+            assert [b.pad for b in batches] == golden["pads"].tolist()
+    words = {3: "Corrupt JPEG data: 13 extraneous bytes before marker 0xd9", 8: "Corrupt JPEG data: premature end of data segment"}
+    said = [f"{rec}: record {key} (byte {index.offset(key)}): {words[key]}: the image is damaged (`im2rec verify {rec} --decode` lists every such record)" for key in (3, 8)]
+    assert sorted(r.getMessage() for r in caplog.records) == sorted(said * 2)  # once per record, for each of the two iterators
