@@ -29,8 +29,10 @@ unchanged either way (one decode gives both).
 
 from __future__ import annotations
 
+import logging
 import random
 import struct
+import threading
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,6 +41,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .errors import ImageError, OptionError
+
+log = logging.getLogger(__name__)
 
 
 def opencv() -> Any:
@@ -536,6 +540,68 @@ def png_damage(data: bytes | memoryview) -> str | None:
         if kind == b"IEND":
             return None
         i = end + 4
+
+
+#: What a reader does with a record whose image is damaged: ``"warn"`` (its pixels, as MXNet
+#: trains on them, and one warning), ``"skip"`` (left out) or ``"raise"``.
+DAMAGE_POLICIES = ("warn", "skip", "raise")
+
+
+def check_damage_policy(on_damaged: str) -> str:
+    if on_damaged not in DAMAGE_POLICIES:
+        raise ValueError(f"on_damaged must be one of {', '.join(repr(p) for p in DAMAGE_POLICIES)}, got {on_damaged!r}")
+    return on_damaged
+
+
+class SkipRecord(Exception):
+    """A damaged record left out (``on_damaged="skip"``): the reader takes the next instead."""
+
+
+class Damaged:
+    """What one reader met of damaged images: each such record warned of once, counted,
+    and handled as ``on_damaged`` says. Safe from any thread."""
+
+    def __init__(self, on_damaged: str, verify: str):
+        self.policy = check_damage_policy(on_damaged)
+        self.verify = verify  # the .rec the hint names: `im2rec verify REC --decode`
+        self.records: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def image(self, where: str, checked: Checked, size: int) -> np.ndarray:
+        """``checked``'s image to use for the record ``where`` names ("x.rec: record 7 (byte 123)"),
+        whose image has ``size`` bytes.
+
+        Raises:
+            ImageError: it cannot be decoded (``"warn"``, ``"raise"``), or is damaged (``"raise"``).
+            SkipRecord: it is damaged or cannot be decoded (``"skip"``).
+        """
+        image, damage = checked
+        if image is not None and damage is None:
+            return image
+        with self._lock:
+            first = where not in self.records
+            self.records.add(where)
+        if self.policy == "skip":
+            if first:
+                log.warning("%s: %s: left out (on_damaged='skip')", where, damage or "the image cannot be decoded")
+            raise SkipRecord(where)
+        if image is None:
+            raise ImageError("corrupt", f"{where}: the image cannot be decoded ({size:,} bytes" + (f": {damage})" if damage else ")"))
+        if self.policy == "raise":
+            raise ImageError("corrupt", f"{where}: {damage}: the image is damaged (on_damaged='raise')")
+        if first:  # decoded all the same, grey where the data is lost: said, not silently
+            log.warning("%s: %s: the image is damaged (`im2rec verify %s --decode` lists every such record)", where, damage, self.verify)
+        return image
 
 
 def damage_words(damage: str) -> str:

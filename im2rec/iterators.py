@@ -50,8 +50,9 @@ import numpy as np
 
 from . import ndfile
 from .augment import CROP_EMIT_MODES, CROP_SAMPLER_ARGS, RESIZE_MODES, DetAugmenter, DetNormalizer, ImageAugmenter, Normalizer, decode_for_iterator
-from .dataset import DAMAGE_POLICIES, Damaged, RecordDataset, SkipRecord
+from .dataset import RecordDataset
 from .errors import Im2recError, ImageError, LabelError, OptionError, RecordIOError
+from .image import DAMAGE_POLICIES, Damaged, SkipRecord
 from .lst import iter_lst
 
 __all__ = ["DataBatch", "DataDesc", "ImageDetRecordIter", "ImageRecordIter"]

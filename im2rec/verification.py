@@ -27,7 +27,7 @@ import numpy as np
 
 from .errors import BinFormatError, Im2recError, ImageError, OutputExistsError
 from .fsutil import atomic_open, make_parents
-from .image import ImageOptions, decode, encode, image_format, opencv
+from .image import Damaged, ImageOptions, decode, encode, image_format, imdecode_checked, opencv
 
 __all__ = ["VerificationPairs", "build_bin", "extract_bin", "load_bin", "read_pairs"]
 
@@ -253,15 +253,17 @@ class VerificationPairs:
         self.path, self.mode, self.transform = path, mode, transform
         self.images, issame = load_bin(path)
         self.issame = np.array(issame, dtype=bool)
+        self._damaged = Damaged("warn", path)
 
     def __len__(self) -> int:
         return len(self.issame)
 
     def _image(self, i: int) -> Any:
         cv2 = opencv()
-        img = cv2.imdecode(np.frombuffer(self.images[i], np.uint8), cv2.IMREAD_COLOR)
-        if img is None:
-            raise BinFormatError(f"{self.path}: image {i} cannot be decoded")
+        checked = imdecode_checked(self.images[i], cv2.IMREAD_COLOR)
+        if checked.image is None:
+            raise BinFormatError(f"{self.path}: image {i} cannot be decoded" + (f" ({checked.damage})" if checked.damage else ""))
+        img = self._damaged.image(f"{self.path}: image {i}", checked, len(self.images[i]))
         if self.mode == "rgb":
             img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
         return self.transform(img) if self.transform else img

@@ -32,7 +32,7 @@ def _jpegs(real_size_folders) -> list[tuple[str, bytes]]:
     files = sorted(real_size_folders["imagenet"].rglob("*.jpg"))[:40] + sorted(real_size_folders["large"].rglob("*.jpg"))[:4]
     out = [(p.name, p.read_bytes()) for p in files]
     out += [(p.name, p.read_bytes()) for p in sorted((DATA / "odd").glob("*.jpg"))]
-    for rec in sorted(DATA.rglob("*.rec")):
+    for rec in sorted(r for r in DATA.rglob("*.rec") if r.parent.name != "damaged"):
         idx = rec.with_suffix(".idx")
         if not idx.exists():
             continue
