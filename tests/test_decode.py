@@ -148,9 +148,6 @@ def test_two_threads_decode_in_parallel(real_size_folders):
     blobs = [p.read_bytes() for p in sorted(real_size_folders["imagenet"].rglob("*.jpg"))[:200]]
     damaged = [_damaged(b) for b in blobs[:20]]
     chunk = np.random.default_rng(0).bytes(8 << 20)
-    control = _parallelism(lambda _: hashlib.sha256(chunk).digest(), range(64), 2)
-    if control < 1.6:
-        pytest.skip(f"the machine is busy: hashing in 2 threads kept {control:.2f} cores busy")
 
     def rate(threads: int) -> float:
         start = time.perf_counter()
@@ -158,8 +155,19 @@ def test_two_threads_decode_in_parallel(real_size_folders):
             list(pool.map(lambda b: imdecode_checked(b, 1), (blobs + damaged) * 2))
         return 1 / (time.perf_counter() - start)
 
-    best = max(rate(2) / rate(1) for _ in range(3))
-    assert best >= 1.7, f"2 threads decode at {best:.2f}x one thread (hashing keeps {control:.2f} cores busy)"
+    quiet = []  # rounds in which the machine had 2 free cores (hashing, which holds no lock, used them)
+    controls = []
+    for _ in range(8):
+        control = _parallelism(lambda _: hashlib.sha256(chunk).digest(), range(48), 2)
+        controls.append(control)
+        if control >= 1.6:
+            quiet.append(rate(2) / rate(1))
+            if quiet[-1] >= 1.7:
+                return
+        time.sleep(0.2)
+    if not quiet:
+        pytest.skip(f"the machine is busy: hashing in 2 threads kept at most {max(controls):.2f} cores busy")
+    raise AssertionError(f"2 threads decode at {max(quiet):.2f}x one thread at best, in {len(quiet)} quiet rounds")
 
 
 def test_a_thread_writing_to_stderr_loses_no_line_while_others_decode_damaged_images(real_size_folders, tmp_path, capfd, caplog):
