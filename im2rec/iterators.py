@@ -41,7 +41,7 @@ import os
 import queue
 import threading
 import weakref
-from collections import deque, namedtuple
+from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple
@@ -50,9 +50,10 @@ import numpy as np
 
 from . import ndfile
 from .augment import CROP_EMIT_MODES, CROP_SAMPLER_ARGS, RESIZE_MODES, DetAugmenter, DetNormalizer, ImageAugmenter, Normalizer, decode_for_iterator
+from .batching import END, Stream, Work, produce
 from .dataset import RecordDataset
 from .errors import Im2recError, ImageError, LabelError, OptionError, RecordIOError
-from .image import DAMAGE_POLICIES, Damaged, SkipRecord
+from .image import DAMAGE_POLICIES, Damaged
 from .lst import iter_lst
 
 __all__ = ["DataBatch", "DataDesc", "ImageDetRecordIter", "ImageRecordIter"]
@@ -424,131 +425,8 @@ class _Batch(NamedTuple):
     pad: int
 
 
-_END = object()
 #: The epoch number the mean image's pass draws its random augmentations for.
 MEAN_PASS = (1 << 32) - 1
-
-
-class _Stream:
-    """An epoch's records not yet given a row, in the plan's order. A batch takes its rows
-    from here, and so do the rows of records left out (``on_damaged="skip"``): the batch is
-    filled from the next records, and the later batches move up. Past the epoch's records a
-    take gives the next epoch's (``round_batch``, counted in ``borrowed``) or -1 (padding)."""
-
-    def __init__(self, plan: EpochPlan, epoch: int, following: Callable[[], np.ndarray] | None):
-        rows, epochs = plan.rows.reshape(-1), plan.epochs.reshape(-1)
-        real = rows >= 0
-        self.items, self.epochs = rows[real], epochs[real]
-        self.at = 0
-        self.epoch = epoch
-        self.following = following  # the next epoch's order, when round_batch lends from it
-        self.borrowed = 0  # records of the next epoch given rows of this one
-
-    def more(self) -> bool:
-        """Whether a batch of this epoch starts at the next record."""
-        return self.at < self.items.size and self.epochs[self.at] == self.epoch
-
-    def take(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        items = np.full(n, -1, dtype=np.int64)
-        epochs = np.full(n, self.epoch, dtype=np.int64)
-        got = min(n, self.items.size - self.at)
-        items[:got], epochs[:got] = self.items[self.at : self.at + got], self.epochs[self.at : self.at + got]
-        self.at += got
-        self.borrowed += int(np.count_nonzero(epochs[:got] != self.epoch))
-        if got < n and self.following is not None:  # records left out: more lent by the next epoch
-            extra = self.following()[self.borrowed : self.borrowed + n - got]
-            items[got : got + extra.size], epochs[got : got + extra.size] = extra, self.epoch + 1
-            self.borrowed += int(extra.size)
-        return items, epochs
-
-
-def _produce(owner: weakref.ref[_RecordIter], stream: _Stream, out: queue.Queue[Any], stop: threading.Event) -> None:
-    """The background thread of an iterator: each batch's rows filled by the iterator's pool,
-    batches in order into ``out``; an error is passed on in place of the batch it spoiled,
-    then nothing more. It holds the iterator only while it hands out a batch's work, so that
-    an iterator dropped without ``close()`` is collected (and its ``__del__`` stops this)."""
-
-    def put(x: Any) -> bool:
-        while not stop.is_set():
-            try:
-                out.put(x, timeout=0.1)
-                return True
-            except queue.Full:
-                if owner() is None:
-                    return False
-        return False
-
-    def finish(work: _Work, dataset: RecordDataset) -> bool:
-        while True:
-            skipped = sorted(work.moved)
-            for row, f in work.futures:
-                if row in work.moved:
-                    continue
-                error = f.exception()
-                if isinstance(error, SkipRecord):
-                    skipped.append(row)
-                elif error is not None:
-                    for _, other in work.futures:
-                        other.cancel()
-                    raise error
-            if not skipped:
-                break
-            it = owner()
-            if it is None:
-                return False
-            work = it.refill(work, skipped, *replacements(len(skipped), work.epoch))
-            del it
-        dataset.release()  # the mapped pages of the records decoded: memory stays flat
-        return put(work.batch)
-
-    def replacements(n: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-        """Records for ``n`` rows of a batch whose records were left out: the next ones; when
-        the epoch has none left, the last ones of the batch being filled behind it (which
-        then fills its own rows in turn), so that only the epoch's last batch is short."""
-        if not stream.more() and pending and pending[0].epoch == epoch:
-            donor = pending[0]
-            rows = [r for r in range(len(donor.items) - 1, -1, -1) if donor.items[r] >= 0 and donor.epochs[r] == epoch and r not in donor.moved][:n]
-            if len(rows) == n:
-                donor.moved.update(rows)
-                return donor.items[rows[::-1]], donor.epochs[rows[::-1]]
-        return stream.take(n)
-
-    # Two batches in the pool at a time, so that its threads never wait for the last images
-    # of one batch; the one before is finished (waited for) and handed on.
-    pending: deque[_Work] = deque()
-    try:
-        dataset = None
-        while stream.more():
-            it = owner()
-            if it is None or stop.is_set():
-                return
-            dataset = it.dataset
-            pending.append(it.start_batch(*stream.take(it.batch_size)))
-            del it
-            if len(pending) > 1 and not finish(pending.popleft(), dataset):
-                return
-        while pending:
-            assert dataset is not None
-            if not finish(pending.popleft(), dataset):
-                return
-        put(_END)
-    except BaseException as e:  # a record that cannot be read or decoded: the consumer raises it
-        put(e)
-    finally:
-        for work in pending:
-            for _, f in work.futures:
-                f.cancel()
-
-
-class _Work(NamedTuple):
-    """A batch being filled: its rows' items, and the pool's work on each row."""
-
-    batch: _Batch
-    epoch: int  # the epoch the batch is of (rows of another are lent to it)
-    items: np.ndarray
-    epochs: np.ndarray
-    futures: list[tuple[int, Future[None]]]
-    moved: set[int]  # rows whose records went to fill the batch before (see _produce)
 
 
 class _RecordIter:
@@ -677,12 +555,12 @@ class _RecordIter:
         epoch = self.epoch
         self._plan = plan_epoch(self._order(epoch), lambda: self._order(epoch + 1), epoch, self.batch_size, self.args["round_batch"], self._skip)
         part, shuffle, seed = self.part, self.args["shuffle"], self.args["seed"]  # not self: the producer must not hold the iterator
-        self._stream = _Stream(self._plan, epoch, (lambda: _epoch_order(part, shuffle, seed, epoch + 1)) if self.args["round_batch"] else None)
+        self._stream = Stream(self._plan.rows, self._plan.epochs, epoch, (lambda: _epoch_order(part, shuffle, seed, epoch + 1)) if self.args["round_batch"] else None)
         self._ended = False
         # prefetch_buffer batches ahead of the one in use: up to two being filled, the rest ready
         self._queue: queue.Queue[Any] = queue.Queue(max(1, self.args["prefetch_buffer"] - 2))
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=_produce, args=(weakref.ref(self), self._stream, self._queue, self._stop), name=f"im2rec-{self.NAME}", daemon=True)
+        self._thread = threading.Thread(target=produce, args=(weakref.ref(self), self._stream, self._queue, self._stop), name=f"im2rec-{self.NAME}", daemon=True)
         self._thread.start()
 
     def _new_batch(self, pad: int) -> _Batch:
@@ -691,19 +569,19 @@ class _RecordIter:
         label = np.zeros((b, *self._label_shape()[1:]), dtype=np.float32)
         return _Batch(data, label, np.zeros(b, dtype=np.uint64), int(pad))
 
-    def start_batch(self, rows: np.ndarray, epochs: np.ndarray) -> _Work:
+    def start_batch(self, rows: np.ndarray, epochs: np.ndarray) -> Work:
         """A new batch and the pool's work filling its rows: ``rows[r]`` is the item of row r
         (-1: left empty, padding), ``epochs[r]`` the epoch it is read for. From a store, the
         batch's records are fetched at once first."""
         pad = int(np.count_nonzero((rows < 0) | (epochs != epochs[0])))  # padding, and rows lent by the next epoch
         self.dataset.prefetch(rows[rows >= 0])
         batch = self._new_batch(pad)
-        return _Work(batch, int(epochs[0]), rows.copy(), epochs.copy(), self._submit(batch, range(len(rows)), rows, epochs), set())
+        return Work(batch, int(epochs[0]), rows.copy(), epochs.copy(), self._submit(batch, range(len(rows)), rows, epochs), set())
 
     def _submit(self, batch: _Batch, positions: Any, rows: np.ndarray, epochs: np.ndarray) -> list[tuple[int, Future[None]]]:
         return [(int(r), self._pool.submit(self._fill, batch, int(r), int(item), int(e))) for r, item, e in zip(positions, rows, epochs) if item >= 0]
 
-    def refill(self, work: _Work, skipped: list[int], rows: np.ndarray, epochs: np.ndarray) -> _Work:
+    def refill(self, work: Work, skipped: list[int], rows: np.ndarray, epochs: np.ndarray) -> Work:
         """``work``'s batch without the rows ``skipped`` (records left out): the rows after
         them move up, and the new last rows are filled with ``rows`` (-1: padding)."""
         keep = np.asarray([r for r in range(self.batch_size) if r not in set(skipped)], dtype=np.int64)
@@ -717,7 +595,11 @@ class _RecordIter:
         batch.data[empty], batch.label[empty], batch.ids[empty] = 0, 0, 0
         self.dataset.prefetch(rows[rows >= 0])
         batch = batch._replace(pad=int(np.count_nonzero((items < 0) | (epochs_now != work.epoch))))
-        return _Work(batch, work.epoch, items, epochs_now, self._submit(batch, tail, rows, epochs), set())
+        return Work(batch, work.epoch, items, epochs_now, self._submit(batch, tail, rows, epochs), set())
+
+    def finished(self, work: Work) -> _Batch:
+        self.dataset.release()  # the mapped pages of the records decoded: memory stays flat
+        return work.batch
 
     def _stop_producer(self) -> None:
         self._stop.set()
@@ -746,10 +628,10 @@ class _RecordIter:
                 if not self._thread.is_alive() and self._queue.empty():
                     self._current = None
                     return False
-        if x is _END:
+        if x is END:
             self._current = None
             self._ended = True
-            self._queue.put(_END)  # a further call answers the same
+            self._queue.put(END)  # a further call answers the same
             return False
         if isinstance(x, BaseException):
             self._queue.put(x)
@@ -842,17 +724,18 @@ class _RecordIter:
         return mean
 
     def _compute_mean(self) -> np.ndarray:
-        plan = _Stream(plan_epoch(self.part, lambda: self.part, MEAN_PASS, self.batch_size, False), MEAN_PASS, None)
+        mean_plan = plan_epoch(self.part, lambda: self.part, MEAN_PASS, self.batch_size, False)
+        plan = Stream(mean_plan.rows, mean_plan.epochs, MEAN_PASS)
         total = np.zeros(self.data_shape, dtype=np.float32)
         count = 0
         q: queue.Queue[Any] = queue.Queue(2)
         stop = threading.Event()
-        thread = threading.Thread(target=_produce, args=(weakref.ref(self), plan, q, stop), daemon=True)
+        thread = threading.Thread(target=produce, args=(weakref.ref(self), plan, q, stop), daemon=True)
         thread.start()
         try:
             while True:
                 x = q.get()
-                if x is _END:
+                if x is END:
                     break
                 if isinstance(x, BaseException):
                     raise x
