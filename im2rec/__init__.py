@@ -54,6 +54,10 @@ def __getattr__(name: str):
         from . import iterators
 
         return getattr(iterators, name)
+    if name == "RecordLoader":
+        from .loader import RecordLoader
+
+        return RecordLoader
     if name == "imdecode":
         from .augment import imdecode
 
@@ -75,6 +79,7 @@ __all__ = [
     "MXIndexedRecordIO",
     "MXRecordIO",
     "RecordDataset",
+    "RecordLoader",
     "RecordReader",
     "RecordSampler",
     "RecordWriter",

@@ -492,6 +492,12 @@ class RecordDataset:
             label = self.target_transform(label)
         return image, label
 
+    def sample(self, i: int) -> tuple[Any, Any]:
+        """``self[i]``, except that a record left out (``on_damaged="skip"``) raises
+        ``SkipRecord`` instead of giving the next good one: for readers that fill batches
+        (``RecordLoader``) and take the next record themselves."""
+        return self._item(self._index(i), skipping=True)
+
     def _instead_of(self, i: int) -> tuple[Any, Any]:
         """The next record after ``i`` (wrapping) whose image is good: a skipped one's place."""
         for step in range(1, len(self)):

@@ -1,0 +1,321 @@
+"""``RecordLoader``: batches of tensors for PyTorch, decoded by threads straight into them.
+
+``for images, labels in RecordLoader(source, batch_size, transform=...)`` takes
+``DataLoader(RecordDataset(source), batch_size, ...)``'s place without its worker
+processes. A pool of threads of this process decodes each record (the checked decode:
+libjpeg-turbo and OpenCV release the GIL), runs ``transform`` on it and writes the result
+into its row of a batch tensor allocated once per batch; a background thread keeps batches
+ready ahead of the training loop. Nothing crosses a process boundary: no pickling of
+samples, no shared-memory copies of decoded batches, no per-worker copy of the dataset.
+
+The order is a sampler's: ``RecordSampler`` by default (``shuffle``, ``seed``; the ranks of a
+``torch.distributed`` job are taken from it), or any iterable of indices. ``state_dict()``
+says how far the epoch went (as of the batches handed out), ``load_state_dict`` resumes
+there: torchdata's ``StatefulDataLoader`` protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from .batching import END, Stream, Work, produce
+from .dataset import RecordDataset
+from .errors import Im2recError, ImageError
+from .sampler import RecordSampler
+
+__all__ = ["RecordLoader"]
+
+log = logging.getLogger(__name__)
+
+_STATE_VERSION = 1
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+class _Batch:
+    """A batch being filled: its images tensor (made at the first row whose shape is known),
+    each row's label, and how many of the sampler's indices the epoch had taken with it."""
+
+    def __init__(self, size: int, taken: int):
+        self.images: Any = None
+        self.labels: list[Any] = [None] * size
+        self.taken = taken
+
+
+class RecordLoader:
+    """An iterable of ``(images, labels)`` batches for PyTorch, as ``DataLoader`` is.
+
+    Args:
+        source: what ``RecordDataset`` takes (a ``.rec``, a list of shards, a shard manifest,
+            a URL, an insightface set), or a ``RecordDataset`` (its ``mode``, transforms and
+            ``on_damaged`` are used; ``transform`` here runs after its own).
+        batch_size: samples per batch.
+        transform: called on each decoded image (HWC uint8, RGB unless the dataset's
+            ``mode`` says otherwise); returns a numpy array or a tensor, of one shape for
+            every sample (torchvision's v2 transforms take the array as it is). Without it
+            the images must all have one size.
+        target_transform: called on each label (a float, or a float32 array).
+        shuffle, seed: the default sampler's: a new order each epoch, drawn from ``seed``.
+        drop_last: leave out the epoch's last batch when it is short.
+        threads: decoding threads [default: the cores this process may use].
+        sampler: the indices' order instead of the default ``RecordSampler(dataset,
+            shuffle=shuffle, seed=seed)`` (for example a ``RecordSampler`` with
+            ``num_replicas``/``rank``, or any iterable of indices).
+        pin_memory: batches in pinned memory, for a fast copy to the GPU (a warning, and
+            ordinary memory, when there is none).
+        mode: the default dataset's ``mode`` ("rgb", "bgr", "gray", "unchanged", "raw").
+        on_damaged: the default dataset's: ``"warn"``, ``"skip"`` (the record is left out,
+            its row taken by the next record) or ``"raise"``.
+        prefetch: batches kept ready ahead of the loop.
+        storage_options: the default dataset's, for URLs.
+
+    Batches are ``(images, labels)``: ``images`` a tensor ``(batch, *shape)`` of the
+    transform's dtype, ``labels`` as ``DataLoader``'s default collation makes them (float64
+    for float labels, a stacked tensor for arrays). Each batch is a new tensor: it stays
+    valid while later batches are made. With the default sampler each iteration is the
+    next epoch (``set_epoch`` picks one).
+
+    Raises:
+        ImageError: a record cannot be decoded, is damaged with ``on_damaged="raise"``, or
+            its transformed image has another shape than the batch's first (named by its
+            ``.rec``, key and byte offset).
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        batch_size: int,
+        *,
+        transform: Callable[[Any], Any] | None = None,
+        target_transform: Callable[[Any], Any] | None = None,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+        threads: int | None = None,
+        sampler: Any = None,
+        pin_memory: bool = False,
+        mode: str = "rgb",
+        on_damaged: str = "warn",
+        prefetch: int = 2,
+        storage_options: dict | None = None,
+    ):
+        import torch
+
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
+        if not isinstance(prefetch, int) or prefetch < 1:
+            raise ValueError(f"prefetch must be a positive integer, got {prefetch!r}")
+        if sampler is not None and shuffle:
+            raise ValueError("sampler and shuffle are mutually exclusive (as DataLoader's): give the sampler shuffle=True")
+        self.dataset = source if isinstance(source, RecordDataset) else RecordDataset(source, mode=mode, on_damaged=on_damaged, storage_options=storage_options)
+        self.batch_size, self.drop_last, self.prefetch = batch_size, bool(drop_last), prefetch
+        self.transform, self.target_transform = transform, target_transform
+        self._own_sampler = sampler is None
+        self.sampler = RecordSampler(self.dataset, shuffle=shuffle, seed=seed) if sampler is None else sampler
+        self.threads = threads or _cores()
+        self.pin_memory = bool(pin_memory)
+        if self.pin_memory and not torch.cuda.is_available():
+            log.warning("RecordLoader: pin_memory=True, but there is no GPU: batches are in ordinary memory")
+            self.pin_memory = False
+        self._torch = torch
+        self._collate = torch.utils.data.default_collate
+        self._shape: tuple[tuple[int, ...], Any] | None = None  # the samples' shape and dtype, from the first
+        self._epoch = 0
+        self._taken = 0  # the current iteration's indices that batches handed out have used
+        self._live: _Epoch | None = None
+        self._lock = threading.Lock()  # the first sample's shape, a batch's tensor: made once
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="im2rec-loader")
+        self._closed = False
+
+    # ---- the iterable
+
+    def __len__(self) -> int:
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the next iteration reads (the default sampler's order of that epoch)."""
+        self._epoch = int(epoch)
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        if self._closed:
+            raise Im2recError("RecordLoader is closed")
+        if self._live is not None:
+            self._live.stop()
+        if self._own_sampler:
+            self.sampler.set_epoch(self._epoch)
+        indices = np.fromiter((int(i) for i in self.sampler), dtype=np.int64)
+        self._taken = 0
+        epoch = self._live = _Epoch(self, indices)
+        return self._batches(epoch)
+
+    def _batches(self, epoch: _Epoch) -> Iterator[tuple[Any, Any]]:
+        try:
+            while True:
+                x = epoch.next()
+                if x is END:
+                    break
+                batch, rows = x
+                self._taken = batch.taken
+                if rows < self.batch_size and self.drop_last:
+                    continue
+                images = batch.images if rows == self.batch_size else batch.images[:rows]
+                yield images, self._collate(batch.labels[:rows])
+            if self._own_sampler and self._live is epoch:
+                self._epoch += 1  # the next iteration: the next epoch (as DataLoader's shuffling)
+        finally:
+            epoch.stop()
+            if self._live is epoch:
+                self._live = None
+
+    # ---- resume
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader stands: the epoch, and the sampler's state as of the batches handed out."""
+        state: dict[str, Any] = {"version": _STATE_VERSION, "epoch": self._epoch, "taken": self._taken}
+        if hasattr(self.sampler, "state_dict"):
+            state["sampler"] = self.sampler.state_dict(taken=self._taken) if isinstance(self.sampler, RecordSampler) else self.sampler.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume where ``state`` (from ``state_dict``) stood: the next iteration reads the rest of its epoch."""
+        if "epoch" not in state:
+            raise ValueError("a RecordLoader state needs its epoch")
+        self._epoch = int(state["epoch"])
+        if "sampler" in state:
+            if not hasattr(self.sampler, "load_state_dict"):
+                raise ValueError(f"the state holds a sampler's state, but this loader's sampler ({type(self.sampler).__name__}) cannot load one")
+            self.sampler.load_state_dict(state["sampler"])
+
+    # ---- the Filler protocol (batching.produce)
+
+    def start_batch(self, rows: np.ndarray, epochs: np.ndarray) -> Work:
+        live = self._live
+        batch = _Batch(self.batch_size, live.stream.at if live is not None else 0)
+        self.dataset.prefetch(rows[rows >= 0])
+        return Work(batch, int(epochs[0]), rows.copy(), epochs.copy(), self._submit(batch, range(len(rows)), rows), set())
+
+    def _submit(self, batch: _Batch, positions: Any, rows: np.ndarray) -> list[tuple[int, Future[None]]]:
+        return [(int(r), self._pool.submit(self._fill, batch, int(r), int(item))) for r, item in zip(positions, rows) if item >= 0]
+
+    def refill(self, work: Work, skipped: list[int], rows: np.ndarray, epochs: np.ndarray) -> Work:
+        batch = work.batch
+        gone = set(skipped)
+        keep = [r for r in range(self.batch_size) if r not in gone]
+        n = len(keep)
+        if batch.images is not None:
+            batch.images[:n] = batch.images[self._torch.as_tensor(keep)]
+        batch.labels[:n] = [batch.labels[r] for r in keep]
+        batch.labels[n:] = [None] * (self.batch_size - n)
+        self.dataset.prefetch(rows[rows >= 0])
+        items = np.concatenate([work.items[keep], rows])
+        return Work(batch, work.epoch, items, np.concatenate([work.epochs[keep], epochs]), self._submit(batch, range(n, self.batch_size), rows), set())
+
+    def finished(self, work: Work) -> tuple[_Batch, int]:
+        self.dataset.release()
+        return work.batch, int(np.count_nonzero(work.items >= 0))
+
+    def _fill(self, batch: _Batch, row: int, item: int) -> None:
+        image, label = self.dataset.sample(item)
+        if self.transform is not None:
+            image = self.transform(image)
+        if self.target_transform is not None:
+            label = self.target_transform(label)
+        torch = self._torch
+        if isinstance(image, np.ndarray):
+            shape, dtype = image.shape, torch.from_numpy(np.empty(0, dtype=image.dtype)).dtype
+        elif isinstance(image, torch.Tensor):
+            shape, dtype = tuple(image.shape), image.dtype
+        else:
+            raise ImageError("error", f"{self._where(item)}: the transform gave a {type(image).__name__}: a RecordLoader batches numpy arrays and tensors (end the transform with ToImage/ToDtype, or np.asarray)")
+        with self._lock:
+            if self._shape is None:
+                self._shape = (tuple(shape), dtype)
+            if batch.images is None:
+                want, want_dtype = self._shape
+                batch.images = torch.empty((self.batch_size, *want), dtype=want_dtype, pin_memory=self.pin_memory)
+        want, want_dtype = self._shape
+        if tuple(shape) != want or dtype != want_dtype:
+            raise ImageError("error", f"{self._where(item)}: its image is {tuple(shape)} {dtype}, the batch's are {want} {want_dtype}: a batch needs one shape (resize or crop in the transform)")
+        target = batch.images[row]
+        if isinstance(image, np.ndarray):
+            target.numpy()[...] = image
+        else:
+            target.copy_(image)
+        batch.labels[row] = label
+
+    def _where(self, item: int) -> str:
+        path, offset, key = self.dataset.locate(item)
+        return f"{path}: record {key} (byte {offset})"
+
+    # ---- the end
+
+    def close(self) -> None:
+        """Stop the threads (also at garbage collection and at the end of a ``with``)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._live is not None:
+            self._live.stop()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> RecordLoader:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def damaged(self) -> int:
+        """Records whose image was damaged (or could not be decoded) met so far in this process."""
+        return self.dataset.damaged
+
+    def __repr__(self) -> str:
+        return f"RecordLoader({self.dataset!r}, batch_size={self.batch_size}, threads={self.threads})"
+
+
+class _Epoch:
+    """One iteration: its stream of indices, the producer thread, the queue of finished batches."""
+
+    def __init__(self, loader: RecordLoader, indices: np.ndarray):
+        self.stream = Stream(indices, np.zeros(indices.size, dtype=np.int64), 0)
+        self.queue: queue.Queue[Any] = queue.Queue(loader.prefetch)
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=produce, args=(weakref.ref(loader), self.stream, self.queue, self._stop), name="im2rec-loader-batches", daemon=True)
+        self.thread.start()
+
+    def next(self) -> Any:
+        while True:
+            try:
+                x = self.queue.get(timeout=0.5)
+                break
+            except queue.Empty:
+                if not self.thread.is_alive() and self.queue.empty():
+                    return END
+        if isinstance(x, BaseException):
+            raise x
+        return x
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join()

@@ -1,0 +1,184 @@
+"""RecordLoader: DataLoader's batches, from threads of one process."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import im2rec  # noqa: E402
+from im2rec import recordio  # noqa: E402
+from im2rec.errors import ImageError  # noqa: E402
+
+from conftest import deadline  # noqa: E402
+
+DATA = Path(__file__).parent / "data"
+
+
+def crop(img: np.ndarray) -> np.ndarray:
+    """The shorter side to 64 (OpenCV, area), the centre 56x56, float32 CHW in [0, 1]."""
+    import cv2
+
+    h, w = img.shape[:2]
+    s = 64 / min(h, w)
+    img = cv2.resize(img, (max(64, round(w * s)), max(64, round(h * s))), interpolation=cv2.INTER_AREA)
+    y, x = (img.shape[0] - 56) // 2, (img.shape[1] - 56) // 2
+    return np.ascontiguousarray(img[y : y + 56, x : x + 56].transpose(2, 0, 1), dtype=np.float32) / 255
+
+
+@pytest.fixture(scope="module")
+def rec(real_size_folders, tmp_path_factory):
+    """The ImageNet-like corpus, listed and packed with the default options."""
+    from click.testing import CliRunner
+
+    from im2rec.cli import main
+
+    out = tmp_path_factory.mktemp("loader")
+    for args in (["list", str(real_size_folders["imagenet"]), str(out / "all")], ["pack", str(out / "all.lst"), str(real_size_folders["imagenet"]), "-q"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+    return out / "all.rec"
+
+
+def _data_loader_batches(rec, batch_size, sampler, **kw):
+    ds = im2rec.RecordDataset(rec, transform=crop)
+    return list(torch.utils.data.DataLoader(ds, batch_size=batch_size, sampler=sampler, **kw))
+
+
+def test_the_batches_are_a_data_loaders(rec):
+    """The same order, pixels and labels as DataLoader(RecordDataset, num_workers=2) with the
+    same sampler and transform, in every thread count; the last batch short."""
+    ds = im2rec.RecordDataset(rec)
+    want = _data_loader_batches(rec, 6, im2rec.RecordSampler(ds, shuffle=True, seed=3), num_workers=2)
+    for threads in (1, 3):
+        with deadline(120, "an epoch"):
+            got = list(im2rec.RecordLoader(rec, 6, transform=crop, sampler=im2rec.RecordSampler(ds, shuffle=True, seed=3), threads=threads))
+        assert len(got) == len(want) == 4
+        for (images, labels), (want_images, want_labels) in zip(got, want):
+            assert images.dtype == torch.float32 and images.shape[1:] == (3, 56, 56)
+            assert torch.equal(images, want_images) and torch.equal(labels, want_labels) and labels.dtype == torch.float64
+
+
+def test_shuffle_seed_epochs_drop_last_and_len(rec):
+    n = len(im2rec.RecordDataset(rec))
+    loader = im2rec.RecordLoader(rec, 8, transform=crop, shuffle=True, seed=5)
+    assert len(loader) == 3 and len(im2rec.RecordLoader(rec, 8, transform=crop, drop_last=True)) == 2
+    first = torch.cat([labels for _, labels in loader])
+    second = torch.cat([labels for _, labels in loader])  # the next epoch: another order
+    assert first.numel() == second.numel() == n and not torch.equal(first, second)
+    again = im2rec.RecordLoader(rec, 8, transform=crop, shuffle=True, seed=5)
+    assert torch.equal(torch.cat([labels for _, labels in again]), first)
+    again.set_epoch(1)
+    assert torch.equal(torch.cat([labels for _, labels in again]), second)
+    dropped = [images.shape[0] for images, _ in im2rec.RecordLoader(rec, 8, transform=crop, drop_last=True)]
+    assert dropped == [8, 8]
+    plain = [labels for _, labels in im2rec.RecordLoader(rec, 8, transform=crop)]
+    ds = im2rec.RecordDataset(rec, mode="raw")
+    assert torch.cat(plain).tolist() == [ds.header(i).label for i in range(n)]  # no shuffle: file order
+
+
+def test_resume_gives_the_rest_of_the_epoch(rec):
+    loader = im2rec.RecordLoader(rec, 4, transform=crop, shuffle=True, seed=1)
+    whole = [labels for _, labels in loader]
+    loader = im2rec.RecordLoader(rec, 4, transform=crop, shuffle=True, seed=1)
+    it = iter(loader)
+    for _ in range(2):
+        next(it)
+    state = loader.state_dict()
+    assert state["taken"] == 8 and state["sampler"]["consumed"] == 8
+    it.close()
+    resumed = im2rec.RecordLoader(rec, 4, transform=crop, shuffle=True, seed=1)
+    resumed.load_state_dict(state)
+    rest = [labels for _, labels in resumed]
+    assert torch.equal(torch.cat(rest), torch.cat(whole[2:]))
+
+
+def test_ranks_share_the_epoch(rec):
+    ds = im2rec.RecordDataset(rec)
+    seen = []
+    for rank in (0, 1):
+        sampler = im2rec.RecordSampler(ds, shuffle=True, num_replicas=2, rank=rank)
+        seen += [i for images, _ in im2rec.RecordLoader(ds, 3, transform=lambda img: np.asarray(img.shape, np.int64), sampler=sampler) for i in range(images.shape[0])]
+    assert len(seen) == len(ds)
+
+
+def test_images_without_a_transform_and_insightface_sets():
+    """A face set (112x112 each): HWC uint8 batches, no transform needed; a tensor transform."""
+    train = DATA / "insightface" / "train.rec"
+    ds = im2rec.RecordDataset(train)
+    images, labels = next(iter(im2rec.RecordLoader(train, 5)))
+    assert images.shape == (5, 112, 112, 3) and images.dtype == torch.uint8
+    assert torch.equal(images[2], torch.from_numpy(ds[2][0])) and labels.tolist() == [ds[i][1] for i in range(5)]
+    flipped, _ = next(iter(im2rec.RecordLoader(train, 5, transform=lambda img: torch.from_numpy(img).permute(2, 0, 1).flip(-1), target_transform=int)))
+    assert flipped.shape == (5, 3, 112, 112) and torch.equal(flipped[0], torch.from_numpy(ds[0][0]).permute(2, 0, 1).flip(-1))
+
+
+def test_images_of_several_sizes_need_a_transform_and_the_error_names_the_record(rec):
+    loader = im2rec.RecordLoader(rec, 4)
+    with pytest.raises(ImageError) as e:
+        list(loader)
+    path, offset, key = im2rec.RecordDataset(rec).locate(1)
+    shapes = [im2rec.RecordDataset(rec)[i][0].shape for i in range(4)]
+    assert str(e.value).startswith(f"{rec}: record ") and "a batch needs one shape (resize or crop in the transform)" in str(e.value)
+    assert len(set(shapes)) > 1
+    with pytest.raises(ImageError, match=r"the transform gave a str: a RecordLoader batches numpy arrays and tensors"):
+        list(im2rec.RecordLoader(rec, 4, transform=str))
+
+
+@pytest.fixture()
+def damaged_rec(real_size_folders, tmp_path):
+    jpegs = [p.read_bytes() for p in sorted(real_size_folders["imagenet"].rglob("*.jpg"))[:10]]
+    bad = bytearray(jpegs[3])
+    bad[len(bad) // 2 : len(bad) // 2 + 2000] = bytes(2000)
+    jpegs[3] = bytes(bad)
+    with recordio.RecordWriter(tmp_path / "d.rec", tmp_path / "d.idx") as w:
+        for key, data in enumerate(jpegs):
+            w.write_idx(key, recordio.pack(recordio.IRHeader(0, float(key), key, 0), data))
+    return tmp_path / "d.rec"
+
+
+def test_damaged_records_warn_skip_or_raise(damaged_rec, caplog):
+    from im2rec.image import imdecode_checked
+
+    offset = recordio.read_index(damaged_rec.with_suffix(".idx")).offset(3)
+    where = f"{damaged_rec}: record 3 (byte {offset})"
+    words = imdecode_checked(im2rec.RecordDataset(damaged_rec, mode="raw")[3][0]).damage
+    assert words.startswith("Corrupt JPEG data: ")
+    with caplog.at_level(logging.WARNING):
+        loader = im2rec.RecordLoader(damaged_rec, 4, transform=crop)
+        assert torch.cat([labels for _, labels in loader]).tolist() == list(range(10)) and loader.damaged == 1
+    assert [r.getMessage() for r in caplog.records] == [f"{where}: {words}: the image is damaged (`im2rec verify {damaged_rec} --decode` lists every such record)"]
+    skipping = im2rec.RecordLoader(damaged_rec, 4, transform=crop, on_damaged="skip")
+    batches = [labels.tolist() for _, labels in skipping]
+    assert batches == [[0, 1, 2, 8], [4, 5, 6, 7], [9]]  # its row taken by the next record without one (batch 1 was being filled)
+    with pytest.raises(ImageError, match=r"^" + __import__("re").escape(f"{where}: {words}: the image is damaged (on_damaged='raise')") + "$"):
+        list(im2rec.RecordLoader(damaged_rec, 4, transform=crop, on_damaged="raise"))
+
+
+def test_arguments_are_checked_and_pin_memory_without_a_gpu_warns(rec, caplog):
+    with pytest.raises(ValueError, match=r"^batch_size must be a positive integer, got 0$"):
+        im2rec.RecordLoader(rec, 0)
+    with pytest.raises(ValueError, match=r"^sampler and shuffle are mutually exclusive"):
+        im2rec.RecordLoader(rec, 2, shuffle=True, sampler=[0, 1])
+    with caplog.at_level(logging.WARNING):
+        loader = im2rec.RecordLoader(rec, 4, transform=crop, pin_memory=True, sampler=[3, 1, 2])
+        (images, labels), = list(loader)
+    assert images.shape[0] == 3 and loader.pin_memory == torch.cuda.is_available()
+    assert not torch.cuda.is_available() and "pin_memory=True, but there is no GPU" in caplog.text
+
+
+def test_a_loop_that_breaks_stops_the_threads(rec):
+    with deadline(60, "a broken-off epoch"):
+        loader = im2rec.RecordLoader(rec, 2, transform=crop, prefetch=1)
+        for _ in loader:
+            break
+        assert loader._live is None  # the producer thread joined
+        threads = list(loader._pool._threads)
+        loader.close()
+    assert threads and not [t for t in threads if t.is_alive()]
+    assert not [t for t in threading.enumerate() if t.name == "im2rec-loader-batches"]
