@@ -62,10 +62,14 @@ print(json.dumps({"samples": n}))
 IM2REC = """
 import json, sys, im2rec
 kw = json.loads(sys.argv[1])
+torch_too = kw.pop("torch", False)
+if torch_too:  # the batches handed to PyTorch, as a training loop would (torch imported, as for every torch reader)
+    import torch
 n = 0
 with im2rec.ImageRecordIter(**kw) as it:
     for b in it:
-        n += b.data[0].shape[0] - b.pad
+        x = torch.from_numpy(b.data[0]) if torch_too else b.data[0]
+        n += x.shape[0] - b.pad
 print(json.dumps({"samples": n}))
 """
 LOADER = """
@@ -73,24 +77,74 @@ import json, sys
 import numpy as np, torch
 from torch.utils.data import DataLoader
 import im2rec
-from im2rec.augment import ImageAugmenter, Normalizer, decode_for_iterator
+from im2rec.augment import ImageAugmenter, Normalizer
 
 kw = json.loads(sys.argv[1])
 aug = ImageAugmenter(data_shape=tuple(kw["data_shape"]), resize=kw["resize"], rand_crop=True)
 norm = Normalizer(3, np.float32, mean=np.array([kw["mean_r"], kw["mean_g"], kw["mean_b"], 0.0]), std=np.array([kw["std_r"], kw["std_g"], kw["std_b"], 1.0]), scale=1.0)
 
-class Transform:
-    def __call__(self, buf):
-        rng = np.random.default_rng()
-        img = aug.process(decode_for_iterator(buf, 3), rng)
-        out = np.empty(kw["data_shape"], np.float32)
-        norm.write(img, out, bool(rng.random() < 0.5), rng)
-        return torch.from_numpy(out)
+def transform(img):
+    rng = np.random.default_rng()
+    img = aug.process(img, rng)
+    out = np.empty(kw["data_shape"], np.float32)
+    norm.write(img, out, bool(rng.random() < 0.5), rng)
+    return torch.from_numpy(out)
 
-ds = im2rec.RecordDataset(kw["path_imgrec"], mode="raw", transform=Transform())
+ds = im2rec.RecordDataset(kw["path_imgrec"], mode="bgr", transform=transform)
 n = 0
-for x, y in DataLoader(ds, batch_size=kw["batch_size"], shuffle=False, num_workers=2):
+for x, y in DataLoader(ds, batch_size=kw["batch_size"], shuffle=False, num_workers=2, **kw.get("data_loader", {})):
     n += x.shape[0]
+print(json.dumps({"samples": n}))
+"""
+RECORD_LOADER = """
+import json, sys
+import numpy as np
+import im2rec
+from im2rec.augment import ImageAugmenter, Normalizer
+
+kw = json.loads(sys.argv[1])
+aug = ImageAugmenter(data_shape=tuple(kw["data_shape"]), resize=kw["resize"], rand_crop=True)
+norm = Normalizer(3, np.float32, mean=np.array([kw["mean_r"], kw["mean_g"], kw["mean_b"], 0.0]), std=np.array([kw["std_r"], kw["std_g"], kw["std_b"], 1.0]), scale=1.0)
+
+def transform(img):
+    rng = np.random.default_rng()
+    img = aug.process(img, rng)
+    out = np.empty(kw["data_shape"], np.float32)
+    norm.write(img, out, bool(rng.random() < 0.5), rng)
+    return out
+
+n = 0
+with im2rec.RecordLoader(kw["path_imgrec"], kw["batch_size"], transform=transform, mode="bgr", **kw.get("loader", {})) as loader:
+    for x, y in loader:
+        n += x.shape[0]
+print(json.dumps({"samples": n}))
+"""
+# NVIDIA DALI's CPU pipeline for the same recipe (DALI from PyPI: nvidia-dali-cuda120; device_id=None: no GPU)
+DALI = """
+import json, sys
+from nvidia.dali import fn, pipeline_def, types
+
+kw = json.loads(sys.argv[1])
+bs = kw["batch_size"]
+
+@pipeline_def(batch_size=bs, num_threads=kw.get("dali_threads", 2), device_id=None)
+def train():
+    jpegs, labels = fn.readers.mxnet(path=kw["path_imgrec"], index_path=kw["path_imgidx"], random_shuffle=False, name="reader")
+    images = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
+    images = fn.resize(images, resize_shorter=kw["resize"])
+    mirror = fn.random.coin_flip(probability=0.5)
+    images = fn.crop_mirror_normalize(images, crop=kw["data_shape"][1:], crop_pos_x=fn.random.uniform(range=(0, 1)), crop_pos_y=fn.random.uniform(range=(0, 1)),
+                                      mirror=mirror, mean=[kw["mean_r"], kw["mean_g"], kw["mean_b"]], std=[kw["std_r"], kw["std_g"], kw["std_b"]],
+                                      dtype=types.FLOAT, output_layout="CHW")
+    return images, labels
+
+pipe = train()
+pipe.build()
+size = pipe.epoch_size("reader")
+n = 0
+while n < size:
+    images, labels = pipe.run()
+    n += min(bs, size - n)
 print(json.dumps({"samples": n}))
 """
 
@@ -123,7 +177,8 @@ def main() -> None:
     ap.add_argument("--mxnet-python", default=os.environ.get("IM2REC_BENCH_MXNET_PYTHON"), help="a Python with MXNet 1.9.1, for its ImageRecordIter")
     ap.add_argument("--records", type=int, default=5000)
     ap.add_argument("--rounds", type=int, default=1, help="epochs of each contender, interleaved; the best is shown")
-    ap.add_argument("--no-loader", action="store_true", help="leave out the DataLoader (it needs torch)")
+    ap.add_argument("--no-loader", action="store_true", help="leave out RecordLoader and the DataLoader (they need torch)")
+    ap.add_argument("--no-dali", action="store_true", help="leave out NVIDIA DALI (pip install nvidia-dali-cuda120)")
     args = ap.parse_args()
     rec = packed(args.records)
     kwargs = {**RECIPE, "path_imgrec": str(rec), "path_imgidx": str(rec.with_suffix(".idx"))}
@@ -134,7 +189,11 @@ def main() -> None:
         contenders += [("MXNet ImageRecordIter, defaults", args.mxnet_python, MXNET, {}), ("MXNet ImageRecordIter, preprocess_threads=1", args.mxnet_python, MXNET, {"preprocess_threads": 1})]
     contenders += [("im2rec.ImageRecordIter, defaults", sys.executable, IM2REC, {}), ("im2rec.ImageRecordIter, preprocess_threads=1", sys.executable, IM2REC, {"preprocess_threads": 1})]
     if not args.no_loader:
+        contenders.append(("im2rec.ImageRecordIter, batches to torch", sys.executable, IM2REC, {"torch": True}))
+        contenders.append(("im2rec.RecordLoader, defaults", sys.executable, RECORD_LOADER, {}))
         contenders.append(("RecordDataset + DataLoader, 2 workers", sys.executable, LOADER, {}))
+    if not args.no_dali:
+        contenders.append(("NVIDIA DALI, CPU pipeline, 2 threads", sys.executable, DALI, {}))
     best: dict[str, tuple[float, float, int]] = {}
     for _ in range(args.rounds):
         for name, python, code, extra in contenders:

@@ -16,10 +16,12 @@
 What each piece does:
 - RecordDataset reads the .rec (a memory map locally; from a store, a batch's records are
   fetched at once, in blocks of neighbouring records, kept in --cache-dir if given).
-- RecordSampler deals each epoch over the ranks exactly (same number each, every image
-  once), in an order that depends only on (seed, epoch, ranks); set_epoch before each epoch.
-- The checkpoint holds the model, the optimizer and sampler.state_dict(taken=...), the
-  samples this rank's loop took (the DataLoader's workers draw indices ahead of the loop).
+- RecordLoader decodes and transforms in threads of this process, straight into each
+  batch's tensor; its RecordSampler deals each epoch over the ranks of torch.distributed
+  exactly (same number each, every image once), in an order that depends only on (seed,
+  epoch, ranks).
+- The checkpoint holds the model, the optimizer and loader.state_dict(): the epoch and
+  how far it went, as of the batches the loop took.
 """
 
 import argparse
@@ -30,11 +32,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from im2rec import RecordDataset, RecordSampler
+from im2rec import RecordDataset, RecordLoader
 
 
 def to_tensor(image: np.ndarray, size: int = 56) -> torch.Tensor:
-    """A random crop and flip, then CHW float in [0, 1]."""
+    """A random crop and flip, then CHW float in [0, 1] (runs in the loader's threads)."""
     h, w = image.shape[:2]
     y, x = np.random.randint(0, h - size + 1), np.random.randint(0, w - size + 1)
     crop = image[y : y + size, x : x + size]
@@ -48,7 +50,7 @@ def main() -> None:
     ap.add_argument("rec", help="a .rec (with its .idx), a shard manifest, or a URL (s3://...)")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=None, help="decoding threads [default: the cores, plus 2]")
     ap.add_argument("--classes", type=int, default=None, help="[default: from the labels, one pass over the headers (from a store: every block, once, through --cache-dir)]")
     ap.add_argument("--cache-dir", default=None, help="keep fetched blocks here (a URL .rec); shared by every process")
     ap.add_argument("--checkpoint", default=None, help="save here after each --save-every batches and each epoch; resume from it")
@@ -60,11 +62,10 @@ def main() -> None:
         dist.init_process_group("gloo")
     rank = dist.get_rank() if distributed else 0
 
-    train = RecordDataset(args.rec, transform=to_tensor, target_transform=int, cache_dir=args.cache_dir)
+    train = RecordDataset(args.rec, cache_dir=args.cache_dir)
     classes = args.classes or int(max(train.header(i).label for i in range(len(train)))) + 1
-    # num_replicas and rank come from torch.distributed; batch_size and num_workers give each worker blocks of its own
-    sampler = RecordSampler(train, seed=0, drop_last=True, batch_size=args.batch_size, num_workers=args.workers)
-    loader = torch.utils.data.DataLoader(train, batch_size=args.batch_size, sampler=sampler, num_workers=args.workers)
+    # the ranks come from torch.distributed; a new order each epoch, drawn from seed
+    loader = RecordLoader(train, args.batch_size, transform=to_tensor, target_transform=int, shuffle=True, seed=0, drop_last=True, threads=args.threads)
     model: nn.Module = nn.Sequential(
         nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU(),
         nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
@@ -76,21 +77,21 @@ def main() -> None:
         ckpt = torch.load(args.checkpoint, weights_only=False)
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
-        sampler.load_state_dict(ckpt["sampler"])  # the same epoch, from where it stopped, on any number of ranks
-        start_epoch = ckpt["sampler"]["epoch"]
+        loader.load_state_dict(ckpt["loader"])  # the same epoch, from where it stopped, on any number of ranks
+        start_epoch = ckpt["loader"]["epoch"]
         if rank == 0:
-            print(f"resumed epoch {start_epoch} after {ckpt['sampler']['consumed']} samples")
+            print(f"resumed epoch {start_epoch} after {ckpt['loader']['sampler']['consumed']} samples")
     if distributed:
         model = nn.parallel.DistributedDataParallel(model)
 
-    def save(taken: int) -> None:
-        if args.checkpoint and rank == 0:  # every rank's sampler state is the same
-            state = {"model": model.state_dict() if not distributed else model.module.state_dict(), "optimizer": optimizer.state_dict(), "sampler": sampler.state_dict(taken=taken)}
+    def save() -> None:
+        if args.checkpoint and rank == 0:  # every rank's loader state is the same
+            state = {"model": model.state_dict() if not distributed else model.module.state_dict(), "optimizer": optimizer.state_dict(), "loader": loader.state_dict()}
             torch.save(state, args.checkpoint + ".tmp")
             os.replace(args.checkpoint + ".tmp", args.checkpoint)  # a kill mid-save leaves the old one whole
 
     for epoch in range(start_epoch, args.epochs):
-        sampler.set_epoch(epoch)  # a new order each epoch (keeps a resume loaded for this epoch)
+        loader.set_epoch(epoch)  # keeps a resume loaded for this epoch
         total, correct, loss_sum = 0, 0, 0.0
         for step, (images, labels) in enumerate(loader, 1):
             logits = model(images)
@@ -102,13 +103,12 @@ def main() -> None:
             correct += (logits.argmax(1) == labels).sum().item()
             total += len(labels)
             if step % args.save_every == 0:
-                save(taken=step * args.batch_size)
-        save(taken=total)
+                save()
         if rank == 0 and total:
             print(f"epoch {epoch}: {total} images on rank 0, loss {loss_sum / total:.3f}, train accuracy {correct / total:.1%}")
-        # the next epoch starts at its beginning: a state saved at the end of this one says so
-        sampler.set_epoch(epoch + 1)
-        save(taken=0)
+        loader.set_epoch(epoch + 1)  # a state saved at the end of an epoch says: the next, from its start
+        save()
+    loader.close()
     if distributed:
         dist.destroy_process_group()
 

@@ -474,7 +474,7 @@ class RecordDataset:
         if self.mode == "raw":
             image: Any = bytes(payload[start:])
         else:
-            where = f"{reader.path}: record {self.locate(i)[2]} (byte {offset})"
+            where = lambda: f"{reader.path}: record {self.locate(i)[2]} (byte {offset})"  # noqa: E731 (said only of a damaged one)
             checked = imdecode_checked(memoryview(payload)[start:], _IMDECODE_FLAG[self.mode]) if len(payload) > start else Checked(None)
             try:
                 image = self._damaged.image(where, checked, len(payload) - start)

@@ -34,7 +34,7 @@ import random
 import struct
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -577,9 +577,9 @@ class Damaged:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
-    def image(self, where: str, checked: Checked, size: int) -> np.ndarray:
-        """``checked``'s image to use for the record ``where`` names ("x.rec: record 7 (byte 123)"),
-        whose image has ``size`` bytes.
+    def image(self, where: str | Callable[[], str], checked: Checked, size: int) -> np.ndarray:
+        """``checked``'s image to use for the record ``where`` names ("x.rec: record 7 (byte 123)";
+        or a function that says it, called only for a damaged one), whose image has ``size`` bytes.
 
         Raises:
             ImageError: it cannot be decoded (``"warn"``, ``"raise"``), or is damaged (``"raise"``).
@@ -588,6 +588,8 @@ class Damaged:
         image, damage = checked
         if image is not None and damage is None:
             return image
+        if callable(where):
+            where = where()
         with self._lock:
             first = where not in self.records
             self.records.add(where)

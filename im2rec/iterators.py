@@ -532,7 +532,7 @@ class _RecordIter:
 
     def _decode(self, image: Any, item: int) -> np.ndarray:
         channels = self.data_shape[0]
-        img = self._damaged.image(self._where(item), decode_for_iterator(image, channels), len(image))
+        img = self._damaged.image(lambda: self._where(item), decode_for_iterator(image, channels), len(image))
         if channels == 4 and (img.ndim != 3 or img.shape[2] != 4):
             got = 1 if img.ndim == 2 else img.shape[2]
             raise ImageError("channels", f"{self._where(item)}: data_shape asks for 4 channels, the image has {got}")

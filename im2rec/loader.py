@@ -52,6 +52,7 @@ class _Batch:
 
     def __init__(self, size: int, taken: int):
         self.images: Any = None
+        self.array: np.ndarray | None = None  # images as numpy (a view), for numpy rows
         self.labels: list[Any] = [None] * size
         self.taken = taken
 
@@ -71,7 +72,7 @@ class RecordLoader:
         target_transform: called on each label (a float, or a float32 array).
         shuffle, seed: the default sampler's: a new order each epoch, drawn from ``seed``.
         drop_last: leave out the epoch's last batch when it is short.
-        threads: decoding threads [default: the cores this process may use].
+        threads: decoding threads [default: the cores this process may use, plus 2].
         sampler: the indices' order instead of the default ``RecordSampler(dataset,
             shuffle=shuffle, seed=seed)`` (for example a ``RecordSampler`` with
             ``num_replicas``/``rank``, or any iterable of indices).
@@ -128,7 +129,7 @@ class RecordLoader:
         self.transform, self.target_transform = transform, target_transform
         self._own_sampler = sampler is None
         self.sampler = RecordSampler(self.dataset, shuffle=shuffle, seed=seed) if sampler is None else sampler
-        self.threads = threads or _cores()
+        self.threads = threads or min(32, _cores() + 2)  # more than the cores: the GIL is held in stretches
         self.pin_memory = bool(pin_memory)
         if self.pin_memory and not torch.cuda.is_available():
             log.warning("RecordLoader: pin_memory=True, but there is no GPU: batches are in ordinary memory")
@@ -150,8 +151,13 @@ class RecordLoader:
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def set_epoch(self, epoch: int) -> None:
-        """The epoch the next iteration reads (the default sampler's order of that epoch)."""
+        """The epoch the next iteration reads: its order, from the default sampler (or from
+        a given one that has ``set_epoch``, which is called)."""
+        if int(epoch) != self._epoch:
+            self._taken = 0  # a state saved now: the new epoch, from its start
         self._epoch = int(epoch)
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(self._epoch)
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         if self._closed:
@@ -178,7 +184,7 @@ class RecordLoader:
                 images = batch.images if rows == self.batch_size else batch.images[:rows]
                 yield images, self._collate(batch.labels[:rows])
             if self._own_sampler and self._live is epoch:
-                self._epoch += 1  # the next iteration: the next epoch (as DataLoader's shuffling)
+                self.set_epoch(self._epoch + 1)  # the next iteration: the next epoch (as DataLoader's shuffling)
         finally:
             epoch.stop()
             if self._live is epoch:
@@ -250,14 +256,14 @@ class RecordLoader:
             if batch.images is None:
                 want, want_dtype = self._shape
                 batch.images = torch.empty((self.batch_size, *want), dtype=want_dtype, pin_memory=self.pin_memory)
+                batch.array = batch.images.numpy()
         want, want_dtype = self._shape
         if tuple(shape) != want or dtype != want_dtype:
             raise ImageError("error", f"{self._where(item)}: its image is {tuple(shape)} {dtype}, the batch's are {want} {want_dtype}: a batch needs one shape (resize or crop in the transform)")
-        target = batch.images[row]
         if isinstance(image, np.ndarray):
-            target.numpy()[...] = image
+            batch.array[row] = image  # type: ignore[index]
         else:
-            target.copy_(image)
+            batch.images[row].copy_(image)
         batch.labels[row] = label
 
     def _where(self, item: int) -> str:
