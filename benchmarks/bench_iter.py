@@ -1,4 +1,4 @@
-"""One training epoch through im2rec.ImageRecordIter, beside MXNet's own and a DataLoader, in one run.
+"""One training epoch through im2rec's readers, MXNet's own, DALI's and a DataLoader, in one run.
 
     python benchmarks/bench_iter.py [--mxnet-python PATH] [--records 5000] [--rounds 1]
 
@@ -10,13 +10,23 @@ training recipe: ``data_shape=(3, 224, 224)``, ``resize=256``, ``rand_crop``,
 
 * MXNet 1.9.1's ``mx.io.ImageRecordIter`` with its defaults and with ``preprocess_threads=1``
   (needs ``--mxnet-python``, a Python with MXNet, or ``IM2REC_BENCH_MXNET_PYTHON``);
-* ``im2rec.ImageRecordIter`` with the same arguments, and with ``preprocess_threads=1``;
+* ``im2rec.ImageRecordIter`` with the same arguments, with ``preprocess_threads=1``, and
+  with its batches handed to torch (``torch.from_numpy``; torch imported, as in a training
+  script);
+* ``im2rec.RecordLoader`` with its defaults, doing the same work per image (im2rec's
+  augmenter and normalisation as its ``transform``);
 * ``im2rec.RecordDataset`` in a ``torch.utils.data.DataLoader`` of 2 workers doing the same
-  work per image (im2rec's augmenter and normalisation, then the default collate).
+  work (then the default collate), and the same with samples of one number (the work
+  done, the decoded batches not sent between processes: what the rest costs is their IPC);
+* NVIDIA DALI's CPU pipeline (``pip install nvidia-dali-cuda120``, ``device_id=None``):
+  ``readers.mxnet``, ``decoders.image``, ``resize(resize_shorter=256)``,
+  ``crop_mirror_normalize`` with a random crop and mirror, 2 threads.
 
-Each runs in a process of its own, timed from its start to the end of the epoch (opening
-the files and the first batch included); memory is the peak PSS of its process tree.
-Figures are samples/s and the ratio to MXNet's defaults (else to im2rec's).
+Each runs in a process of its own. The figure is samples/s over the epoch, from the
+making of the reader (after the imports: a training script has torch imported anyway) to
+its end, the first batch included; the whole process's rate is beside it. Memory is the
+peak PSS of its process tree. Ratios are to MXNet's defaults (else to im2rec's), and the
+goals are printed at the end.
 """
 
 from __future__ import annotations
@@ -48,32 +58,35 @@ RECIPE = {
     "std_b": 57.375,
 }
 
-# Each contender: code that reads one epoch and prints {"samples": n} (the parent times it).
+# Each contender: code that reads one epoch and prints {"samples": n, "epoch": seconds from the
+# reader's making (after the imports) to the end}; the parent times the whole process.
 MXNET = """
-import json, sys, mxnet as mx
+import json, sys, time, mxnet as mx
 kw = json.loads(sys.argv[1])
+T0 = time.perf_counter()
 it = mx.io.ImageRecordIter(**kw)
 n = 0
 for b in it:
     b.data[0].wait_to_read()
     n += b.data[0].shape[0] - b.pad
-print(json.dumps({"samples": n}))
+print(json.dumps({"samples": n, "epoch": time.perf_counter() - T0}))
 """
 IM2REC = """
-import json, sys, im2rec
+import json, sys, time, im2rec
 kw = json.loads(sys.argv[1])
 torch_too = kw.pop("torch", False)
 if torch_too:  # the batches handed to PyTorch, as a training loop would (torch imported, as for every torch reader)
     import torch
 n = 0
+T0 = time.perf_counter()
 with im2rec.ImageRecordIter(**kw) as it:
     for b in it:
         x = torch.from_numpy(b.data[0]) if torch_too else b.data[0]
         n += x.shape[0] - b.pad
-print(json.dumps({"samples": n}))
+print(json.dumps({"samples": n, "epoch": time.perf_counter() - T0}))
 """
 LOADER = """
-import json, sys
+import itertools, json, sys, time
 import numpy as np, torch
 from torch.utils.data import DataLoader
 import im2rec
@@ -83,22 +96,29 @@ kw = json.loads(sys.argv[1])
 aug = ImageAugmenter(data_shape=tuple(kw["data_shape"]), resize=kw["resize"], rand_crop=True)
 norm = Normalizer(3, np.float32, mean=np.array([kw["mean_r"], kw["mean_g"], kw["mean_b"], 0.0]), std=np.array([kw["std_r"], kw["std_g"], kw["std_b"], 1.0]), scale=1.0)
 
+draws = itertools.count()
+
 def transform(img):
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(next(draws))  # a seeded stream per image, as the iterator's (no OS entropy read)
     img = aug.process(img, rng)
     out = np.empty(kw["data_shape"], np.float32)
     norm.write(img, out, bool(rng.random() < 0.5), rng)
     return torch.from_numpy(out)
 
-ds = im2rec.RecordDataset(kw["path_imgrec"], mode="bgr", transform=transform)
+def tiny(img):  # the same work, but a sample of one number: what the DataLoader costs beyond it is the batches' IPC
+    transform(img)
+    return torch.zeros(1)
+
+T0 = time.perf_counter()
+ds = im2rec.RecordDataset(kw["path_imgrec"], mode="bgr", transform=tiny if kw.get("tiny") else transform)
 n = 0
 for x, y in DataLoader(ds, batch_size=kw["batch_size"], shuffle=False, num_workers=2, **kw.get("data_loader", {})):
     n += x.shape[0]
-print(json.dumps({"samples": n}))
+print(json.dumps({"samples": n, "epoch": time.perf_counter() - T0}))
 """
 RECORD_LOADER = """
-import json, sys
-import numpy as np
+import itertools, json, sys, time
+import numpy as np, torch
 import im2rec
 from im2rec.augment import ImageAugmenter, Normalizer
 
@@ -106,22 +126,25 @@ kw = json.loads(sys.argv[1])
 aug = ImageAugmenter(data_shape=tuple(kw["data_shape"]), resize=kw["resize"], rand_crop=True)
 norm = Normalizer(3, np.float32, mean=np.array([kw["mean_r"], kw["mean_g"], kw["mean_b"], 0.0]), std=np.array([kw["std_r"], kw["std_g"], kw["std_b"], 1.0]), scale=1.0)
 
+draws = itertools.count()
+
 def transform(img):
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(next(draws))  # a seeded stream per image, as the iterator's (no OS entropy read)
     img = aug.process(img, rng)
     out = np.empty(kw["data_shape"], np.float32)
     norm.write(img, out, bool(rng.random() < 0.5), rng)
     return out
 
 n = 0
+T0 = time.perf_counter()
 with im2rec.RecordLoader(kw["path_imgrec"], kw["batch_size"], transform=transform, mode="bgr", **kw.get("loader", {})) as loader:
     for x, y in loader:
         n += x.shape[0]
-print(json.dumps({"samples": n}))
+print(json.dumps({"samples": n, "epoch": time.perf_counter() - T0}))
 """
 # NVIDIA DALI's CPU pipeline for the same recipe (DALI from PyPI: nvidia-dali-cuda120; device_id=None: no GPU)
 DALI = """
-import json, sys
+import json, sys, time
 from nvidia.dali import fn, pipeline_def, types
 
 kw = json.loads(sys.argv[1])
@@ -138,6 +161,7 @@ def train():
                                       dtype=types.FLOAT, output_layout="CHW")
     return images, labels
 
+T0 = time.perf_counter()
 pipe = train()
 pipe.build()
 size = pipe.epoch_size("reader")
@@ -145,7 +169,7 @@ n = 0
 while n < size:
     images, labels = pipe.run()
     n += min(bs, size - n)
-print(json.dumps({"samples": n}))
+print(json.dumps({"samples": n, "epoch": time.perf_counter() - T0}))
 """
 
 
@@ -164,12 +188,13 @@ def packed(records: int) -> Path:
     return rec
 
 
-def run(python: str, code: str, kwargs: dict, env: dict) -> tuple[float, float, int]:
-    """(seconds, peak MB, samples) of one contender's epoch in a process of its own."""
+def run(python: str, code: str, kwargs: dict, env: dict) -> tuple[float, float, int, float]:
+    """(seconds, peak MB, samples, epoch seconds) of one contender's epoch in a process of its own."""
     out = CACHE / "bench_iter.out"
     script = f"import sys; sys.stdout = open({str(out)!r}, 'w')\n" + textwrap.dedent(code)
     seconds, peak, _, _ = run_sampled([python, "-c", script, json.dumps(kwargs)], env)
-    return seconds, peak, json.loads(out.read_text().strip().splitlines()[-1])["samples"]
+    said = json.loads(out.read_text().strip().splitlines()[-1])
+    return seconds, peak, said["samples"], said["epoch"]
 
 
 def main() -> None:
@@ -192,28 +217,36 @@ def main() -> None:
         contenders.append(("im2rec.ImageRecordIter, batches to torch", sys.executable, IM2REC, {"torch": True}))
         contenders.append(("im2rec.RecordLoader, defaults", sys.executable, RECORD_LOADER, {}))
         contenders.append(("RecordDataset + DataLoader, 2 workers", sys.executable, LOADER, {}))
+        contenders.append(("... the same work, samples of one number (no batch IPC)", sys.executable, LOADER, {"tiny": True}))
     if not args.no_dali:
         contenders.append(("NVIDIA DALI, CPU pipeline, 2 threads", sys.executable, DALI, {}))
-    best: dict[str, tuple[float, float, int]] = {}
+    best: dict[str, tuple[float, float, int, float]] = {}
     for _ in range(args.rounds):
         for name, python, code, extra in contenders:
-            seconds, peak, samples = run(python, code, {**kwargs, **extra}, env)
-            if name not in best or seconds < best[name][0]:
-                best[name] = (seconds, peak, samples)
+            seconds, peak, samples, epoch = run(python, code, {**kwargs, **extra}, env)
+            if name not in best or epoch < best[name][3]:
+                best[name] = (seconds, peak, samples, epoch)
     print(f"one epoch of {args.records:,} ImageNet-like JPEGs: {json.dumps({k: v for k, v in RECIPE.items()})}")
-    print(f"machine: {os.cpu_count()} cores; {time.strftime('%Y-%m-%d')}")
+    print(f"machine: {os.cpu_count()} cores; {time.strftime('%Y-%m-%d')}; best of {args.rounds} interleaved rounds")
+    print("samples/s over the epoch (from the reader's making to its end; ratio to the first row), then over the whole process (imports included)")
     base_name = contenders[0][0]
-    base = best[base_name][2] / best[base_name][0]
+    base = best[base_name][2] / best[base_name][3]
     mem_base = best[base_name][1]
     for name, *_ in contenders:
-        seconds, peak, samples = best[name]
-        rate = samples / seconds
-        row(name, rate, "samples/s", rate / base, f"{seconds:.1f} s, peak {peak:,.0f} MB ({peak / mem_base:.2f}x)")
+        seconds, peak, samples, epoch = best[name]
+        rate = samples / epoch
+        row(name, rate, "samples/s", rate / base, f"whole process {samples / seconds:,.0f}/s ({seconds:.1f} s), peak {peak:,.0f} MB ({peak / mem_base:.2f}x)")
     print(f"ratios: to {base_name}")
+
+    def epoch_rate(name: str) -> float:
+        return best[name][2] / best[name][3]
+
     if args.mxnet_python:
-        one = best["MXNet ImageRecordIter, preprocess_threads=1"]
-        ours_one = best["im2rec.ImageRecordIter, preprocess_threads=1"]
-        print(f"one thread each: im2rec {ours_one[2] / ours_one[0] / (one[2] / one[0]):.2f}x MXNet")
+        print(f"one thread each: im2rec {epoch_rate('im2rec.ImageRecordIter, preprocess_threads=1') / epoch_rate('MXNet ImageRecordIter, preprocess_threads=1'):.2f}x MXNet (goal >= 1.0x); defaults: {epoch_rate('im2rec.ImageRecordIter, defaults') / epoch_rate('MXNet ImageRecordIter, defaults'):.2f}x (goal >= 1.5x)")
+    if not args.no_loader:
+        ours = epoch_rate("im2rec.RecordLoader, defaults")
+        print(f"RecordLoader: {ours / epoch_rate('im2rec.ImageRecordIter, defaults'):.2f}x ImageRecordIter (goal >= 0.95x), {ours / epoch_rate('RecordDataset + DataLoader, 2 workers'):.2f}x RecordDataset + DataLoader (goal >= 1.8x)", end="")
+        print(f", {ours / epoch_rate('NVIDIA DALI, CPU pipeline, 2 threads'):.2f}x DALI's CPU pipeline (goal >= 1.3x)" if not args.no_dali else "")
 
 
 if __name__ == "__main__":

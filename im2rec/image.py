@@ -238,13 +238,14 @@ def image_format(data: bytes) -> str | None:
     return None
 
 
-def _jpeg_info(data: bytes) -> tuple[int, int, int] | None:
-    """(width, height, offset of the first SOS marker) from the JPEG marker segments."""
+def _jpeg_walk(data: bytes | memoryview, to_scan: bool) -> tuple[tuple[int, int, int] | None, int | None]:
+    """A JPEG's marker segments walked: its frame header's (height, width, components) and the
+    offset of its first SOS marker (None where not found). Stops at the frame unless ``to_scan``."""
     i, n = 2, len(data)
-    size = None
+    frame = None
     while i + 4 <= n:
         if data[i] != 0xFF:
-            return None
+            return frame, None
         marker = data[i + 1]
         if marker == 0xFF:  # fill byte
             i += 1
@@ -253,13 +254,25 @@ def _jpeg_info(data: bytes) -> tuple[int, int, int] | None:
             i += 2
             continue
         if marker == 0xDA:
-            return (size[0], size[1], i) if size else None
-        seglen = (data[i + 2] << 8) | data[i + 3]
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC) and i + 9 <= n:
+            return frame, i
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC) and i + 10 <= n:
             height, width = struct.unpack_from(">HH", data, i + 5)
-            size = (width, height)
-        i += 2 + seglen
-    return None
+            frame = (height, width, data[i + 9])
+            if not to_scan:
+                return frame, None
+        i += 2 + ((data[i + 2] << 8) | data[i + 3])
+    return frame, None
+
+
+def _jpeg_info(data: bytes) -> tuple[int, int, int] | None:
+    """(width, height, offset of the first SOS marker) from the JPEG marker segments."""
+    frame, sos = _jpeg_walk(data, to_scan=True)
+    return (frame[1], frame[0], sos) if frame and sos is not None else None
+
+
+def _jpeg_frame(data: bytes | memoryview) -> tuple[int, int, int] | None:
+    """(height, width, components) from a JPEG's frame header (SOFn), or None."""
+    return _jpeg_walk(data, to_scan=False)[0]
 
 
 def image_info(data: bytes) -> tuple[str, int, int] | None:
@@ -477,13 +490,15 @@ def _jpeg_checked(buf: np.ndarray, flag: int) -> Checked | None:
     """A JPEG through turbojpeg (None: one it does not take, left to OpenCV)."""
     import simplejpeg
 
-    try:
-        height, width, space, _sampling = simplejpeg.decode_jpeg_header(buf)
-    except ValueError:
-        return None  # a sampling turbojpeg cannot name, ...: libjpeg through OpenCV decides
+    frame = _jpeg_frame(buf.data)
+    if frame is None:
+        return None  # no frame header where one should be: libjpeg through OpenCV decides
+    height, width, components = frame
+    if components not in (1, 3, 4):
+        return None
     unchanged = flag == -1
-    gray = space == "Gray" if unchanged else not flag & 1
-    cmyk = space in ("CMYK", "YCCK")
+    gray = components == 1 if unchanged else not flag & 1
+    cmyk = components == 4
     args: dict[str, Any] = {"colorspace": "CMYK" if cmyk else "GRAY" if gray else "BGR"}
     factor = 1 if unchanged else _SCALED.get(flag & ~IGNORE_ORIENTATION, 1)
     if factor > 1 and min(height, width) >= 16:  # below 8 px an edge scales the same by several factors
@@ -492,11 +507,12 @@ def _jpeg_checked(buf: np.ndarray, flag: int) -> Checked | None:
     try:
         img = simplejpeg.decode_jpeg(buf, strict=True, **args)
     except ValueError as e:
-        damage = str(e)
+        said = str(e)
+        damage = said if said.startswith(JPEG_DAMAGE) else None  # not "unknown JFIF revision number 2.05"
         try:
             img = simplejpeg.decode_jpeg(buf, strict=False, **args)
         except ValueError:
-            if damage.startswith(JPEG_DAMAGE):
+            if damage is not None:
                 return Checked(None, damage)
             return None  # not turbojpeg's (12-bit, ...): OpenCV's libjpeg may take it
     if cmyk:

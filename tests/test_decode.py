@@ -225,3 +225,16 @@ def test_damaged_records_give_mxnets_own_batches_and_are_named(caplog):
     words = {3: "Corrupt JPEG data: 13 extraneous bytes before marker 0xd9", 8: "Corrupt JPEG data: premature end of data segment"}
     said = [f"{rec}: record {key} (byte {index.offset(key)}): {words[key]}: the image is damaged (`im2rec verify {rec} --decode` lists every such record)" for key in (3, 8)]
     assert sorted(r.getMessage() for r in caplog.records) == sorted(said * 2)  # once per record, for each of the two iterators
+
+
+def test_a_warning_that_is_not_damage_is_no_damage():
+    """libjpeg's "Warning: unknown JFIF revision number 2.05" (a header it does not know): the
+    image is whole, decoded as OpenCV decodes it, and not called damaged (pack keeps it)."""
+    from im2rec.image import ImageOptions, transform
+
+    data = bytearray(cv2.imencode(".jpg", np.arange(48 * 64 * 3, dtype=np.uint8).reshape(48, 64, 3))[1].tobytes())
+    assert data[6:11] == b"JFIF\0"
+    data[11] = 2
+    img, damage = imdecode_checked(bytes(data), 1)
+    assert damage is None and np.array_equal(img, cv2.imdecode(np.frombuffer(bytes(data), np.uint8), 1))
+    transform(bytes(data), ImageOptions())

@@ -182,3 +182,21 @@ def test_a_loop_that_breaks_stops_the_threads(rec):
         loader.close()
     assert threads and not [t for t in threads if t.is_alive()]
     assert not [t for t in threading.enumerate() if t.name == "im2rec-loader-batches"]
+
+
+def test_the_training_example_trains_and_resumes(rec, tmp_path):
+    """examples/train_pytorch.py as the README runs it: an epoch, a checkpoint, then the next epoch from it."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).parent.parent / "examples" / "train_pytorch.py"
+    ck = tmp_path / "ck.pt"
+    first = subprocess.run([sys.executable, str(script), str(rec), "--epochs", "1", "--batch-size", "4", "--checkpoint", str(ck), "--save-every", "2"], capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("epoch 0: 20 images on rank 0, loss ")
+    state = torch.load(ck, weights_only=False)["loader"]
+    assert state["epoch"] == 1 and state["sampler"]["consumed"] == 0
+    second = subprocess.run([sys.executable, str(script), str(rec), "--epochs", "2", "--batch-size", "4", "--checkpoint", str(ck)], capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr
+    lines = second.stdout.splitlines()
+    assert lines[0] == "resumed epoch 1 after 0 samples" and lines[1].startswith("epoch 1: 20 images on rank 0, loss ")
