@@ -280,30 +280,37 @@ def test_a_failed_read_in_a_dataloader_worker_reaches_the_loop(store):
 
 @pytest.mark.slow
 def test_readme_training_recipe_runs_as_copied(real_size_folders, tmp_path, monkeypatch):
-    """The README's "For training" block, on a real-size pack at --resize 256 (images of several
-    sizes): the transform gives one size, the default collate stacks a batch."""
+    """The README's "For training" block (RecordLoader) and its map-style one (RecordDataset in
+    a DataLoader), on a real-size pack at --resize 256 (images of several sizes): the
+    transform gives one size, the batches stack."""
     pytest.importorskip("torch")
     import re
 
+    import torch
     from click.testing import CliRunner
 
     from im2rec.cli import main
 
     readme = (Path(__file__).parent.parent / "README.md").read_text()
-    section = readme.split("### For training: `RecordDataset`", 1)[1].split("\n### ", 1)[0]
-    code = re.findall(r"```python\n(.*?)```", section, re.S)
-    assert len(code) == 1
+
+    def block(title):
+        code = re.findall(r"```python\n(.*?)```", readme.split(title, 1)[1].split("\n### ", 1)[0], re.S)
+        assert len(code) == 1
+        return code[0].replace("batch_size=64", "batch_size=8")
+
     monkeypatch.chdir(tmp_path)
     folder = real_size_folders["imagenet"]
     assert CliRunner().invoke(main, ["list", str(folder), "data/train"]).exit_code == 0
     assert CliRunner().invoke(main, ["pack", "data/train.lst", str(folder), "--resize", "256", "-q"]).exit_code == 0
-    scope: dict = {}
+    scope: dict = {"epochs": 2}
     with deadline(300, "the README's training block"):
-        exec(compile(code[0].replace("batch_size=64", "batch_size=8"), "README.md", "exec"), scope)
-    assert tuple(scope["images"].shape) == (8, 3, 224, 224) and scope["labels"].shape[0] == 8
-    import torch
-
+        exec(compile(block("### For training: `RecordLoader`"), "README.md", "exec"), scope)
+    assert tuple(scope["images"].shape) == (4, 3, 224, 224) and scope["labels"].shape[0] == 4  # 20 images: the last batch of 8 is short
     assert scope["targets"].dtype == torch.int64 and torch.equal(scope["targets"].double(), scope["labels"].double())
+    with deadline(300, "the README's map-style block"):
+        exec(compile(block("### A map-style dataset: `RecordDataset`"), "README.md", "exec"), scope)
+    images, labels = next(iter(scope["loader"]))
+    assert tuple(images.shape) == (8, 3, 224, 224) and tuple(scope["image"].shape) == (3, 224, 224)
 
 
 @pytest.mark.slow
