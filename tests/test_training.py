@@ -327,3 +327,29 @@ def test_a_wide_window_makes_room_for_its_blocks(store, monkeypatch):
     assert storage.remote._HELD.limit == storage.HOLD
     RecordSampler(remote, seed=0, window=32)
     assert storage.remote._HELD.limit == (2 * 32 + 1) * remote.block_bytes
+
+
+@pytest.mark.slow
+def test_record_loader_reads_a_rec_in_s3_as_the_local_one(store, tmp_path):
+    """RecordLoader over s3:// (its RecordSampler block-local: whole blocks, a batch's at once),
+    the same batches as from the local file, then an epoch from the cache without a request."""
+    torch = pytest.importorskip("torch")
+    from im2rec import RecordLoader
+
+    rec, proxy = store
+
+    def crop(img):
+        return np.ascontiguousarray(img[:200, :200])
+
+    local = [(x, y) for x, y in RecordLoader(rec, 6, transform=crop, shuffle=True, seed=2)]
+    ds = RecordDataset(URL, storage_options=options(proxy), cache_dir=tmp_path / "cache")
+    loader = RecordLoader(ds, 6, transform=crop, shuffle=True, seed=2)
+    remote = list(loader)
+    assert len(remote) == len(local) == 4
+    assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(local, remote))
+    fetched = ds.read_stats()["requests"]
+    assert 0 < fetched <= 6  # whole blocks (20 records: one or two), not a request per record
+    proxy.reset_counters()
+    loader.set_epoch(0)
+    again = list(loader)
+    assert all(torch.equal(a, c) for (a, _), (c, _) in zip(remote, again)) and proxy.stats()["requests"] == 0
