@@ -85,10 +85,10 @@ with im2rec.ImageRecordIter(**kw) as it:
         n += x.shape[0] - b.pad
 print(json.dumps({"samples": n, "epoch": time.perf_counter() - T0}))
 """
-LOADER = """
+# The per-image work of the DataLoader's and RecordLoader's transform: im2rec's augmenter and normalisation.
+WORK = """
 import itertools, json, sys, time
 import numpy as np, torch
-from torch.utils.data import DataLoader
 import im2rec
 from im2rec.augment import ImageAugmenter, Normalizer
 
@@ -98,12 +98,18 @@ norm = Normalizer(3, np.float32, mean=np.array([kw["mean_r"], kw["mean_g"], kw["
 
 draws = itertools.count()
 
-def transform(img):
+def work(img):
     rng = np.random.default_rng(next(draws))  # a seeded stream per image, as the iterator's (no OS entropy read)
     img = aug.process(img, rng)
     out = np.empty(kw["data_shape"], np.float32)
     norm.write(img, out, bool(rng.random() < 0.5), rng)
-    return torch.from_numpy(out)
+    return out
+"""
+LOADER = WORK + """
+from torch.utils.data import DataLoader
+
+def transform(img):
+    return torch.from_numpy(work(img))
 
 def tiny(img):  # the same work, but a sample of one number: what the DataLoader costs beyond it is the batches' IPC
     transform(img)
@@ -116,24 +122,8 @@ for x, y in DataLoader(ds, batch_size=kw["batch_size"], shuffle=False, num_worke
     n += x.shape[0]
 print(json.dumps({"samples": n, "epoch": time.perf_counter() - T0}))
 """
-RECORD_LOADER = """
-import itertools, json, sys, time
-import numpy as np, torch
-import im2rec
-from im2rec.augment import ImageAugmenter, Normalizer
-
-kw = json.loads(sys.argv[1])
-aug = ImageAugmenter(data_shape=tuple(kw["data_shape"]), resize=kw["resize"], rand_crop=True)
-norm = Normalizer(3, np.float32, mean=np.array([kw["mean_r"], kw["mean_g"], kw["mean_b"], 0.0]), std=np.array([kw["std_r"], kw["std_g"], kw["std_b"], 1.0]), scale=1.0)
-
-draws = itertools.count()
-
-def transform(img):
-    rng = np.random.default_rng(next(draws))  # a seeded stream per image, as the iterator's (no OS entropy read)
-    img = aug.process(img, rng)
-    out = np.empty(kw["data_shape"], np.float32)
-    norm.write(img, out, bool(rng.random() < 0.5), rng)
-    return out
+RECORD_LOADER = WORK + """
+transform = work
 
 n = 0
 T0 = time.perf_counter()
