@@ -310,6 +310,7 @@ def test_readme_training_recipe_runs_as_copied(real_size_folders, tmp_path, monk
     with deadline(300, "the README's map-style block"):
         exec(compile(block("### A map-style dataset: `RecordDataset`"), "README.md", "exec"), scope)
     images, labels = next(iter(scope["loader"]))
+    assert labels.shape == (8,)
     assert tuple(images.shape) == (8, 3, 224, 224) and tuple(scope["image"].shape) == (3, 224, 224)
 
 
