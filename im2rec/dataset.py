@@ -163,7 +163,7 @@ class RecordDataset:
         self.paths = _shard_paths(path_or_paths)
         if not self.paths:
             raise Im2recError("RecordDataset needs at least one .rec file")
-        self._damaged = Damaged(on_damaged, os.fspath(self.paths[0]) if len(self.paths) == 1 else "SHARD.rec")
+        self._damaged = Damaged(on_damaged)
         self.cache: BlockCache | None = None
         if cache_dir is not None:
             from .text import parse_size

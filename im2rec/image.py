@@ -577,9 +577,9 @@ class Damaged:
     """What one reader met of damaged images: each such record warned of once, counted,
     and handled as ``on_damaged`` says. Safe from any thread."""
 
-    def __init__(self, on_damaged: str, verify: str):
+    def __init__(self, on_damaged: str, hint: bool = True):
         self.policy = check_damage_policy(on_damaged)
-        self.verify = verify  # the .rec the hint names: `im2rec verify REC --decode`
+        self.hint = hint  # the warning says `im2rec verify REC --decode`, REC the file ``where`` names
         self.records: set[str] = set()
         self._lock = threading.Lock()
 
@@ -618,7 +618,8 @@ class Damaged:
         if self.policy == "raise":
             raise ImageError("corrupt", f"{where}: {damage}: the image is damaged (on_damaged='raise')")
         if first:  # decoded all the same, grey where the data is lost: said, not silently
-            log.warning("%s: %s: the image is damaged (`im2rec verify %s --decode` lists every such record)", where, damage, self.verify)
+            hint = f" (`im2rec verify {where.split(': record ', 1)[0]} --decode` lists every such record)" if self.hint else ""
+            log.warning("%s: %s: the image is damaged%s", where, damage, hint)
         return image
 
 

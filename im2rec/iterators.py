@@ -449,7 +449,7 @@ class _RecordIter:
         if a["path_imglist"] and not os.path.exists(a["path_imglist"]):
             raise OptionError(f"{a['path_imglist']}: no such file (path_imglist)", "path_imglist")
         # without path_imgidx MXNet reads the .rec through: so does this, when no .idx is beside it
-        self._damaged = Damaged(a["on_damaged"], a["path_imgrec"])
+        self._damaged = Damaged(a["on_damaged"])
         self.dataset = RecordDataset(a["path_imgrec"], mode="raw", storage_options=a["storage_options"], index=a["path_imgidx"] or None, insightface=self.FACES, scan=not a["path_imgidx"], on_missing="skip")
         positions = self.dataset.positions if self._splits_by_bytes() else None
         self.part = part_items(len(self.dataset), a["num_parts"], a["part_index"], positions, self.dataset.total_bytes)

@@ -253,7 +253,7 @@ class VerificationPairs:
         self.path, self.mode, self.transform = path, mode, transform
         self.images, issame = load_bin(path)
         self.issame = np.array(issame, dtype=bool)
-        self._damaged = Damaged("warn", path)
+        self._damaged = Damaged("warn", hint=False)
 
     def __len__(self) -> int:
         return len(self.issame)
