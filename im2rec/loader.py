@@ -16,6 +16,7 @@ there: torchdata's ``StatefulDataLoader`` protocol.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import queue
@@ -68,7 +69,9 @@ class RecordLoader:
         transform: called on each decoded image (HWC uint8, RGB unless the dataset's
             ``mode`` says otherwise); returns a numpy array or a tensor, of one shape for
             every sample (torchvision's v2 transforms take the array as it is). Without it
-            the images must all have one size.
+            the images must all have one size. A transform with an ``out`` parameter is
+            given its row of the batch (a numpy view, once the first sample has shown the
+            shape) and may write the result there and return it: no copy.
         target_transform: called on each label (a float, or a float32 array).
         shuffle, seed: the default sampler's: a new order each epoch, drawn from ``seed``.
         drop_last: leave out the epoch's last batch when it is short.
@@ -141,6 +144,8 @@ class RecordLoader:
         self._taken = 0  # the current iteration's indices that batches handed out have used
         self._live: _Epoch | None = None
         self._lock = threading.Lock()  # the first sample's shape, a batch's tensor: made once
+        self._dtypes: dict[Any, Any] = {}  # numpy dtype -> torch dtype
+        self._into = transform is not None and _takes_out(transform)
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="im2rec-loader")
         self._closed = False
 
@@ -214,6 +219,9 @@ class RecordLoader:
     def start_batch(self, rows: np.ndarray, epochs: np.ndarray) -> Work:
         live = self._live
         batch = _Batch(self.batch_size, live.stream.at if live is not None else 0)
+        with self._lock:
+            if self._shape is not None:  # known from the first sample: each row is written into it
+                self._allocate(batch)
         self.dataset.prefetch(rows[rows >= 0])
         return Work(batch, int(epochs[0]), rows.copy(), epochs.copy(), self._submit(batch, range(len(rows)), rows), set())
 
@@ -239,32 +247,51 @@ class RecordLoader:
 
     def _fill(self, batch: _Batch, row: int, item: int) -> None:
         image, label = self.dataset.sample(item)
-        if self.transform is not None:
-            image = self.transform(image)
         if self.target_transform is not None:
             label = self.target_transform(label)
-        torch = self._torch
-        if isinstance(image, np.ndarray):
-            shape, dtype = image.shape, torch.from_numpy(np.empty(0, dtype=image.dtype)).dtype
-        elif isinstance(image, torch.Tensor):
-            shape, dtype = tuple(image.shape), image.dtype
-        else:
-            raise ImageError("error", f"{self._where(item)}: the transform gave a {type(image).__name__}: a RecordLoader batches numpy arrays and tensors (end the transform with ToImage/ToDtype, or np.asarray)")
+        if self._into and batch.array is not None:  # the transform writes the row itself
+            out = batch.array[row]
+            image = self.transform(image, out=out)  # type: ignore[call-arg,misc]
+            if image is out or image is None:
+                batch.labels[row] = label
+                return
+        elif self.transform is not None:
+            image = self.transform(image)
+        shape, dtype = self._shape_of(image, item)
         with self._lock:
             if self._shape is None:
-                self._shape = (tuple(shape), dtype)
+                self._shape = (shape, dtype)
             if batch.images is None:
-                want, want_dtype = self._shape
-                batch.images = torch.empty((self.batch_size, *want), dtype=want_dtype, pin_memory=self.pin_memory)
-                batch.array = batch.images.numpy()
+                self._allocate(batch)
         want, want_dtype = self._shape
-        if tuple(shape) != want or dtype != want_dtype:
-            raise ImageError("error", f"{self._where(item)}: its image is {tuple(shape)} {dtype}, the batch's are {want} {want_dtype}: a batch needs one shape (resize or crop in the transform)")
+        if shape != want or dtype != want_dtype:
+            raise ImageError("error", f"{self._where(item)}: its image is {shape} {dtype}, the batch's are {want} {want_dtype}: a batch needs one shape (resize or crop in the transform)")
         if isinstance(image, np.ndarray):
             batch.array[row] = image  # type: ignore[index]
         else:
             batch.images[row].copy_(image)
         batch.labels[row] = label
+
+    def _shape_of(self, image: Any, item: int) -> tuple[tuple[int, ...], Any]:
+        torch = self._torch
+        if isinstance(image, np.ndarray):
+            dtype = self._dtypes.get(image.dtype)
+            if dtype is None:
+                dtype = self._dtypes[image.dtype] = torch.from_numpy(np.empty(0, dtype=image.dtype)).dtype
+            return image.shape, dtype
+        if isinstance(image, torch.Tensor):
+            return tuple(image.shape), image.dtype
+        raise ImageError("error", f"{self._where(item)}: the transform gave a {type(image).__name__}: a RecordLoader batches numpy arrays and tensors (end the transform with ToImage/ToDtype, or np.asarray)")
+
+    def _allocate(self, batch: _Batch) -> None:
+        """``batch``'s tensor, of the samples' shape and dtype (and its numpy view, where numpy has the dtype)."""
+        assert self._shape is not None
+        want, want_dtype = self._shape
+        batch.images = self._torch.empty((self.batch_size, *want), dtype=want_dtype, pin_memory=self.pin_memory)
+        try:
+            batch.array = batch.images.numpy()
+        except TypeError:  # bfloat16 and the like: rows are copied as tensors
+            batch.array = None
 
     def _where(self, item: int) -> str:
         path, offset, key = self.dataset.locate(item)
@@ -298,6 +325,14 @@ class RecordLoader:
 
     def __repr__(self) -> str:
         return f"RecordLoader({self.dataset!r}, batch_size={self.batch_size}, threads={self.threads})"
+
+
+def _takes_out(transform: Callable[[Any], Any]) -> bool:
+    """Whether ``transform`` takes ``out=``: then it is called with its row of the batch (a numpy view)."""
+    try:
+        return "out" in inspect.signature(transform).parameters
+    except (TypeError, ValueError):  # a builtin, a C extension's callable
+        return False
 
 
 class _Epoch:

@@ -200,3 +200,22 @@ def test_the_training_example_trains_and_resumes(rec, tmp_path):
     assert second.returncode == 0, second.stderr
     lines = second.stdout.splitlines()
     assert lines[0] == "resumed epoch 1 after 0 samples" and lines[1].startswith("epoch 1: 20 images on rank 0, loss ")
+
+
+def test_a_transform_with_out_writes_its_row_of_the_batch(rec):
+    """``transform(image, out=None)``: given its row (once the first sample showed the shape),
+    it writes there; the batches are those of the same transform returning new arrays."""
+    calls = {"out": 0, "new": 0}
+
+    def into(img, out=None):
+        calls["new" if out is None else "out"] += 1
+        result = crop(img)
+        if out is None:
+            return result
+        out[...] = result
+        return out
+
+    want = list(im2rec.RecordLoader(rec, 4, transform=crop, threads=2))
+    got = list(im2rec.RecordLoader(rec, 4, transform=into, threads=2))
+    assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(want, got)) and len(got) == 5
+    assert calls["out"] >= 16 and calls["new"] + calls["out"] == 20
