@@ -29,9 +29,9 @@ from typing import Any, Protocol, Union
 import numpy as np
 
 from . import storage
-from .errors import HeaderError, Im2recError, ImageError, StorageError, TruncatedRecordError
-from .image import Checked, Damaged, SkipRecord, imdecode_checked, opencv
-from .recordio import IRHEADER_SIZE, IRHEADER_STRUCT, IRHeader, RecordReader, header_size, idx_path_of, insightface_header, unpack
+from .errors import HeaderError, Im2recError, StorageError, TruncatedRecordError
+from .image import Checked, Damaged, SkipRecord, imdecode_checked, next_good, opencv
+from .recordio import IRHEADER_SIZE, IRHEADER_STRUCT, MAGIC_BYTES, IRHeader, RecordReader, header_size, idx_path_of, insightface_header, unpack
 from .storage.cache import BlockCache
 
 __all__ = ["MODES", "RecordDataset", "idx_path_of", "insightface_header"]
@@ -59,6 +59,16 @@ def _shard_paths(path_or_paths: PathLike | Sequence[PathLike]) -> list[str]:
             return read_manifest(path)
         return [path]
     return [os.fspath(p) for p in path_or_paths]
+
+
+def _check_magic(path: str) -> None:
+    """A local file with no record magic in its first 64 KB (a .lst or .idx given for the .rec)
+    is said as such; a .rec whose first record is damaged has the next one's there."""
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    if head and MAGIC_BYTES not in head:
+        hint = " (a .lst: pack it first, `im2rec pack`)" if path.endswith(".lst") else " (the .idx: give the .rec beside it)" if path.endswith(".idx") else ""
+        raise Im2recError(f"{path}: not a RecordIO file: it starts with bytes {head[:4].hex(' ')}, and no record magic (ce d7 23 0a) is in its first {min(len(head), 1 << 16):,} bytes{hint}")
 
 
 class Leader(Protocol):
@@ -188,6 +198,8 @@ class RecordDataset:
                 raise Im2recError(storage.missing(path, storage_options))
             if os.path.isdir(path):
                 raise Im2recError(f"{path}: is a folder: give a .rec file, a list of them, or a shard manifest")
+            if not storage.is_url(path):
+                _check_magic(path)
             if not storage.there(idx, storage_options):
                 if scan and not storage.is_url(path):
                     reader = RecordReader(path, None)
@@ -481,7 +493,7 @@ class RecordDataset:
             except SkipRecord:
                 if skipping:
                     raise
-                return self._instead_of(i)
+                return next_good(i + 1, len(self), self.sample, self._name())  # the next good record in its place
             if self.mode == "rgb" and image.ndim == 3:
                 opencv().cvtColor(image, _COLOR_BGR2RGB, dst=image)
             elif self.mode == "gray":
@@ -498,15 +510,8 @@ class RecordDataset:
         (``RecordLoader``) and take the next record themselves."""
         return self._item(self._index(i), skipping=True)
 
-    def _instead_of(self, i: int) -> tuple[Any, Any]:
-        """The next record after ``i`` (wrapping) whose image is good: a skipped one's place."""
-        for step in range(1, len(self)):
-            j = (i + step) % len(self)
-            try:
-                return self._item(j, skipping=True)
-            except SkipRecord:
-                continue
-        raise ImageError("corrupt", f"{self.paths[0] if len(self.paths) == 1 else f'{len(self.paths)} shards'}: every record's image is damaged (on_damaged='skip')")
+    def _name(self) -> str:
+        return self.paths[0] if len(self.paths) == 1 else f"{self.paths[0]} and {len(self.paths) - 1} more shards"
 
     @property
     def damaged(self) -> int:

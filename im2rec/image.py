@@ -36,13 +36,14 @@ import threading
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
 from .errors import ImageError, OptionError
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 def opencv() -> Any:
@@ -571,6 +572,22 @@ def check_damage_policy(on_damaged: str) -> str:
 
 class SkipRecord(Exception):
     """A damaged record left out (``on_damaged="skip"``): the reader takes the next instead."""
+
+
+def next_good(item: int, count: int, read: Callable[[int], _T], what: str) -> _T:
+    """``read(item)``, or, when that record is left out (``SkipRecord``), ``read`` of the next
+    item after it (wrapping at ``count``) that is not: a skipped record's place taken, so that
+    batches and epochs keep their size.
+
+    Raises:
+        ImageError: every one of the ``count`` records (of ``what``) is left out.
+    """
+    for step in range(count):
+        try:
+            return read((item + step) % count)
+        except SkipRecord:
+            continue
+    raise ImageError("corrupt", f"{what}: all {count:,} records are damaged (on_damaged='skip')")
 
 
 class Damaged:

@@ -45,17 +45,17 @@ import threading
 import weakref
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from . import ndfile
 from .augment import CROP_EMIT_MODES, CROP_SAMPLER_ARGS, RESIZE_MODES, DetAugmenter, DetNormalizer, ImageAugmenter, Normalizer, decode_for_iterator
-from .batching import END, Stream, Work, produce
+from .batching import END, Work, produce
 from .dataset import RecordDataset
 from .errors import Im2recError, ImageError, LabelError, OptionError, RecordIOError
-from .image import DAMAGE_POLICIES, Damaged
+from .image import DAMAGE_POLICIES, Damaged, next_good
 from .lst import iter_lst
 
 __all__ = ["DataBatch", "DataDesc", "ImageDetRecordIter", "ImageRecordIter"]
@@ -498,6 +498,13 @@ class _RecordIter:
         raise NotImplementedError
 
     def _fill(self, batch: _Batch, row: int, item: int, epoch: int) -> None:
+        """Row ``row`` of ``batch`` from item ``item``; when it is left out (``on_damaged="skip"``),
+        from the next item of the part that is not (the part's items are sorted)."""
+        part = self.part
+        at = int(np.searchsorted(part, item))
+        next_good(at, part.size, lambda k: self._fill_row(batch, row, int(part[k]), epoch), f"{self.args['path_imgrec']} (part {self.args['part_index']} of {self.args['num_parts']})")
+
+    def _fill_row(self, batch: _Batch, row: int, item: int, epoch: int) -> None:
         raise NotImplementedError
 
     # ---- records
@@ -556,13 +563,11 @@ class _RecordIter:
     def _start_epoch(self) -> None:
         epoch = self.epoch
         self._plan = plan_epoch(self._order(epoch), lambda: self._order(epoch + 1), epoch, self.batch_size, self.args["round_batch"], self._skip)
-        part, shuffle, seed = self.part, self.args["shuffle"], self.args["seed"]  # not self: the producer must not hold the iterator
-        self._stream = Stream(self._plan.rows, self._plan.epochs, epoch, (lambda: _epoch_order(part, shuffle, seed, epoch + 1)) if self.args["round_batch"] else None)
         self._ended = False
         # prefetch_buffer batches ahead of the one in use: up to two being filled, the rest ready
         self._queue: queue.Queue[Any] = queue.Queue(max(1, self.args["prefetch_buffer"] - 2))
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=produce, args=(weakref.ref(self), self._stream, self._queue, self._stop), name=f"im2rec-{self.NAME}", daemon=True)
+        self._thread = threading.Thread(target=produce, args=(weakref.ref(self), zip(self._plan.rows, self._plan.epochs), self._queue, self._stop), name=f"im2rec-{self.NAME}", daemon=True)
         self._thread.start()
 
     def _new_batch(self, pad: int) -> _Batch:
@@ -578,26 +583,7 @@ class _RecordIter:
         pad = int(np.count_nonzero((rows < 0) | (epochs != epochs[0])))  # padding, and rows lent by the next epoch
         self.dataset.prefetch(rows[rows >= 0])
         batch = self._new_batch(pad)
-        return Work(batch, int(epochs[0]), rows.copy(), epochs.copy(), self._submit(batch, range(len(rows)), rows, epochs), set())
-
-    def _submit(self, batch: _Batch, positions: Any, rows: np.ndarray, epochs: np.ndarray) -> list[tuple[int, Future[None]]]:
-        return [(int(r), self._pool.submit(self._fill, batch, int(r), int(item), int(e))) for r, item, e in zip(positions, rows, epochs) if item >= 0]
-
-    def refill(self, work: Work, skipped: list[int], rows: np.ndarray, epochs: np.ndarray) -> Work:
-        """``work``'s batch without the rows ``skipped`` (records left out): the rows after
-        them move up, and the new last rows are filled with ``rows`` (-1: padding)."""
-        keep = np.asarray([r for r in range(self.batch_size) if r not in set(skipped)], dtype=np.int64)
-        batch = work.batch
-        n = keep.size
-        batch.data[:n], batch.label[:n], batch.ids[:n] = batch.data[keep], batch.label[keep], batch.ids[keep]
-        items = np.concatenate([work.items[keep], rows])
-        epochs_now = np.concatenate([work.epochs[keep], epochs])
-        tail = np.arange(n, self.batch_size)
-        empty = tail[rows < 0]
-        batch.data[empty], batch.label[empty], batch.ids[empty] = 0, 0, 0
-        self.dataset.prefetch(rows[rows >= 0])
-        batch = batch._replace(pad=int(np.count_nonzero((items < 0) | (epochs_now != work.epoch))))
-        return Work(batch, work.epoch, items, epochs_now, self._submit(batch, tail, rows, epochs), set())
+        return Work(batch, [self._pool.submit(self._fill, batch, r, int(item), int(e)) for r, (item, e) in enumerate(zip(rows, epochs)) if item >= 0])
 
     def finished(self, work: Work) -> _Batch:
         self.dataset.release()  # the mapped pages of the records decoded: memory stays flat
@@ -613,7 +599,7 @@ class _RecordIter:
         """Back to the start: the next epoch (reshuffled with ``shuffle``). If the epoch that
         ended lent records to fill its last batch (``round_batch``), the next starts after them."""
         self._stop_producer()
-        self._skip = self._stream.borrowed if self._ended else 0
+        self._skip = self._plan.skip_next if self._ended else 0
         self.epoch += 1
         self._current = None
         self._start_epoch()
@@ -727,7 +713,7 @@ class _RecordIter:
 
     def _compute_mean(self) -> np.ndarray:
         mean_plan = plan_epoch(self.part, lambda: self.part, MEAN_PASS, self.batch_size, False)
-        plan = Stream(mean_plan.rows, mean_plan.epochs, MEAN_PASS)
+        plan = zip(mean_plan.rows, mean_plan.epochs)
         total = np.zeros(self.data_shape, dtype=np.float32)
         count = 0
         q: queue.Queue[Any] = queue.Queue(2)
@@ -816,7 +802,7 @@ class ImageRecordIter(_RecordIter):
             raise LabelError(f"{self._where(item)} holds one label but label_width is {width}: give path_imglist, or pack the records with {width} labels")
         return header.label
 
-    def _fill(self, batch: _Batch, row: int, item: int, epoch: int) -> None:
+    def _fill_row(self, batch: _Batch, row: int, item: int, epoch: int) -> None:
         header, image = self._record(item)
         label = self._labels(header, item)
         img = self._decode(image, item)
@@ -893,7 +879,7 @@ class ImageDetRecordIter(_RecordIter):
     def _label_shape(self) -> tuple[int, ...]:
         return (self.batch_size, self.label_pad_width + 4)
 
-    def _fill(self, batch: _Batch, row: int, item: int, epoch: int) -> None:
+    def _fill_row(self, batch: _Batch, row: int, item: int, epoch: int) -> None:
         header, image = self._record(item)
         if self._list is not None:
             raw = np.asarray(self._listed_labels(header.id, item), dtype=np.float32)

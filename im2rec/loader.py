@@ -23,14 +23,15 @@ import queue
 import threading
 import weakref
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from .batching import END, Stream, Work, produce
+from .batching import END, Work, produce
 from .dataset import RecordDataset
 from .errors import Im2recError, ImageError
+from .image import next_good
 from .sampler import RecordSampler
 
 __all__ = ["RecordLoader"]
@@ -83,7 +84,8 @@ class RecordLoader:
             ordinary memory, when there is none).
         mode: the default dataset's ``mode`` ("rgb", "bgr", "gray", "unchanged", "raw").
         on_damaged: the default dataset's: ``"warn"``, ``"skip"`` (the record is left out,
-            its row taken by the next record) or ``"raise"``.
+            its row taken by the next good record in the file, so that batches and the
+            epoch keep their size and the ranks of a job stay in step) or ``"raise"``.
         prefetch: batches kept ready ahead of the loop.
         storage_options: the default dataset's, for URLs.
 
@@ -142,6 +144,7 @@ class RecordLoader:
         self._shape: tuple[tuple[int, ...], Any] | None = None  # the samples' shape and dtype, from the first
         self._epoch = 0
         self._taken = 0  # the current iteration's indices that batches handed out have used
+        self._started = 0  # ... and that batches started have
         self._live: _Epoch | None = None
         self._lock = threading.Lock()  # the first sample's shape, a batch's tensor: made once
         self._dtypes: dict[Any, Any] = {}  # numpy dtype -> torch dtype
@@ -172,7 +175,7 @@ class RecordLoader:
         if self._own_sampler:
             self.sampler.set_epoch(self._epoch)
         indices = np.fromiter((int(i) for i in self.sampler), dtype=np.int64)
-        self._taken = 0
+        self._taken = self._started = 0
         epoch = self._live = _Epoch(self, indices)
         return self._batches(epoch)
 
@@ -182,12 +185,10 @@ class RecordLoader:
                 x = epoch.next()
                 if x is END:
                     break
-                batch, rows = x
-                self._taken = batch.taken
-                if rows < self.batch_size and self.drop_last:
+                self._taken = x.taken
+                if len(x.labels) < self.batch_size and self.drop_last:
                     continue
-                images = batch.images if rows == self.batch_size else batch.images[:rows]
-                yield images, self._collate(batch.labels[:rows])
+                yield x.images, self._collate(x.labels)
             if self._own_sampler and self._live is epoch:
                 self.set_epoch(self._epoch + 1)  # the next iteration: the next epoch (as DataLoader's shuffling)
         finally:
@@ -217,46 +218,31 @@ class RecordLoader:
     # ---- the Filler protocol (batching.produce)
 
     def start_batch(self, rows: np.ndarray, epochs: np.ndarray) -> Work:
-        live = self._live
-        batch = _Batch(self.batch_size, live.stream.at if live is not None else 0)
+        self._started += rows.size  # the producer starts the batches in order
+        batch = _Batch(rows.size, self._started)
         with self._lock:
             if self._shape is not None:  # known from the first sample: each row is written into it
                 self._allocate(batch)
-        self.dataset.prefetch(rows[rows >= 0])
-        return Work(batch, int(epochs[0]), rows.copy(), epochs.copy(), self._submit(batch, range(len(rows)), rows), set())
+        self.dataset.prefetch(rows)
+        return Work(batch, [self._pool.submit(self._fill, batch, r, int(item)) for r, item in enumerate(rows)])
 
-    def _submit(self, batch: _Batch, positions: Any, rows: np.ndarray) -> list[tuple[int, Future[None]]]:
-        return [(int(r), self._pool.submit(self._fill, batch, int(r), int(item))) for r, item in zip(positions, rows) if item >= 0]
-
-    def refill(self, work: Work, skipped: list[int], rows: np.ndarray, epochs: np.ndarray) -> Work:
-        batch = work.batch
-        gone = set(skipped)
-        keep = [r for r in range(self.batch_size) if r not in gone]
-        n = len(keep)
-        if batch.images is not None:
-            batch.images[:n] = batch.images[self._torch.as_tensor(keep)]
-        batch.labels[:n] = [batch.labels[r] for r in keep]
-        batch.labels[n:] = [None] * (self.batch_size - n)
-        self.dataset.prefetch(rows[rows >= 0])
-        items = np.concatenate([work.items[keep], rows])
-        return Work(batch, work.epoch, items, np.concatenate([work.epochs[keep], epochs]), self._submit(batch, range(n, self.batch_size), rows), set())
-
-    def finished(self, work: Work) -> tuple[_Batch, int]:
+    def finished(self, work: Work) -> _Batch:
         self.dataset.release()
-        return work.batch, int(np.count_nonzero(work.items >= 0))
+        return work.batch
 
     def _fill(self, batch: _Batch, row: int, item: int) -> None:
-        image, label = self.dataset.sample(item)
+        ds = self.dataset
+        image, label = next_good(item, len(ds), ds.sample, ds.paths[0])  # one left out: the next good record in its row
         if self.target_transform is not None:
             label = self.target_transform(label)
         if self._into and batch.array is not None:  # the transform writes the row itself
             out = batch.array[row]
-            image = self.transform(image, out=out)  # type: ignore[call-arg,misc]
+            image = self._transformed(image, item, out=out)
             if image is out or image is None:
                 batch.labels[row] = label
                 return
         elif self.transform is not None:
-            image = self.transform(image)
+            image = self._transformed(image, item)
         shape, dtype = self._shape_of(image, item)
         with self._lock:
             if self._shape is None:
@@ -265,12 +251,21 @@ class RecordLoader:
                 self._allocate(batch)
         want, want_dtype = self._shape
         if shape != want or dtype != want_dtype:
-            raise ImageError("error", f"{self._where(item)}: its image is {shape} {dtype}, the batch's are {want} {want_dtype}: a batch needs one shape (resize or crop in the transform)")
+            raise ImageError("error", f"{self._where(item)}: its image is {shape} {dtype}, the batch's are {want} {want_dtype}: a batch needs one shape and dtype (resize or crop in the transform)")
         if isinstance(image, np.ndarray):
             batch.array[row] = image  # type: ignore[index]
         else:
             batch.images[row].copy_(image)
         batch.labels[row] = label
+
+    def _transformed(self, image: Any, item: int, **out: Any) -> Any:
+        """``transform(image)``; an error of its own keeps its type, with the record named in a note."""
+        try:
+            return self.transform(image, **out)  # type: ignore[misc]
+        except Exception as e:
+            if hasattr(e, "add_note"):  # Python 3.11+
+                e.add_note(f"(in RecordLoader's transform, on {self._where(item)})")
+            raise
 
     def _shape_of(self, image: Any, item: int) -> tuple[tuple[int, ...], Any]:
         torch = self._torch
@@ -287,7 +282,7 @@ class RecordLoader:
         """``batch``'s tensor, of the samples' shape and dtype (and its numpy view, where numpy has the dtype)."""
         assert self._shape is not None
         want, want_dtype = self._shape
-        batch.images = self._torch.empty((self.batch_size, *want), dtype=want_dtype, pin_memory=self.pin_memory)
+        batch.images = self._torch.empty((len(batch.labels), *want), dtype=want_dtype, pin_memory=self.pin_memory)
         try:
             batch.array = batch.images.numpy()
         except TypeError:  # bfloat16 and the like: rows are copied as tensors
@@ -339,10 +334,11 @@ class _Epoch:
     """One iteration: its stream of indices, the producer thread, the queue of finished batches."""
 
     def __init__(self, loader: RecordLoader, indices: np.ndarray):
-        self.stream = Stream(indices, np.zeros(indices.size, dtype=np.int64), 0)
+        size = loader.batch_size
+        batches = ((indices[k : k + size], np.zeros(min(size, indices.size - k), dtype=np.int64)) for k in range(0, indices.size, size))
         self.queue: queue.Queue[Any] = queue.Queue(loader.prefetch)
         self._stop = threading.Event()
-        self.thread = threading.Thread(target=produce, args=(weakref.ref(loader), self.stream, self.queue, self._stop), name="im2rec-loader-batches", daemon=True)
+        self.thread = threading.Thread(target=produce, args=(weakref.ref(loader), batches, self.queue, self._stop), name="im2rec-loader-batches", daemon=True)
         self.thread.start()
 
     def next(self) -> Any:

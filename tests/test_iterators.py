@@ -9,6 +9,7 @@ the number of batches must be MXNet's.
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -815,11 +816,11 @@ def test_a_damaged_jpeg_is_said_skipped_or_raised_as_on_damaged_asks(damaged_rec
     with caplog.at_level(logging.WARNING):
         skipped, damaged = epoch(on_damaged="skip")
     rows = [(int(i), b.data[0][r].copy()) for b in skipped for r, i in enumerate(b.index[: 4 - b.pad])]
-    # the batch filled from the next records (at the epoch's end: the last of the batch behind it)
-    assert [i for i, _ in rows] == [0, 1, 2, 3, 4, 6, 7, 11, 8, 9, 10] and damaged == 1
-    assert [b.pad for b in skipped] == [0, 0, 1]
+    # its row taken by the next good record: the batches, their padding and the epoch keep their size
+    assert [i for i, _ in rows] == [0, 1, 2, 3, 4, 6, 6, 7, 8, 9, 10, 11] and damaged == 1
+    assert [b.pad for b in skipped] == [b.pad for b in batches] == [0, 0, 0]
     by_id = {int(i): b.data[0][r] for b in batches for r, i in enumerate(b.index[: 4 - b.pad])}
-    assert all(np.array_equal(by_id[i], row) for i, row in rows)  # the same pixels, moved up
+    assert all(np.array_equal(by_id[i], row) for i, row in rows)  # the same pixels
     assert [r.getMessage() for r in caplog.records] == [f"{where}: Corrupt JPEG data: premature end of data segment: left out (on_damaged='skip')"]
 
     with pytest.raises(ImageError) as e:
@@ -828,3 +829,36 @@ def test_a_damaged_jpeg_is_said_skipped_or_raised_as_on_damaged_asks(damaged_rec
     with pytest.raises(OptionError, match=r"on_damaged"):
         epoch(on_damaged="ignore")
     assert not [line for line in capfd.readouterr().err.splitlines() if line.startswith("Corrupt JPEG")]  # libjpeg's own line never
+
+
+def test_skip_keeps_every_batch_full_whatever_is_damaged_and_where(real_size_folders, tmp_path):
+    """Damaged records at the end of the epoch, at its start, one in ten at random, all of
+    them: every batch stays its size (only the last of the epoch short, as without damage),
+    no row is empty, and a .rec whose every image is damaged is said as such."""
+    jpegs = [p.read_bytes() for p in sorted(real_size_folders["imagenet"].rglob("*.jpg"))[:12]]
+    bad = bytearray(jpegs[0])
+    bad[len(bad) // 2 : len(bad) // 2 + 2000] = bytes(2000)
+    rng = np.random.default_rng(3)
+    layouts = {"end": [False] * 30 + [True] * 3, "start": [True] * 5 + [False] * 4, "random": list(rng.random(40) < 0.3), "all": [True] * 6}
+    for name, damaged in layouts.items():
+        rec = tmp_path / f"{name}.rec"
+        with recordio.RecordWriter(rec, rec.with_suffix(".idx")) as w:
+            for key, is_bad in enumerate(damaged):
+                w.write_idx(key, recordio.pack(recordio.IRHeader(0, float(key), key, 0), bytes(bad) if is_bad else jpegs[key % 12]))
+        for batch_size in (4, 5, 7):
+            def make(rec=rec, batch_size=batch_size, **kw):
+                return im2rec.ImageRecordIter(path_imgrec=str(rec), data_shape=(3, 32, 32), resize=40, batch_size=batch_size, on_damaged="skip", **kw)
+
+            if name == "all":
+                with pytest.raises(ImageError, match=rf"^{re.escape(str(rec))} \(part 0 of 1\): all 6 records are damaged \(on_damaged='skip'\)$"), make() as it:
+                    list(it)
+                continue
+            for round_batch in (True, False):
+                with deadline(60, "an epoch"), make(round_batch=round_batch) as it:
+                    batches = list(it)
+                n = len(damaged)
+                assert len(batches) == -(-n // batch_size), (name, batch_size)
+                assert [b.pad for b in batches[:-1]] == [0] * (len(batches) - 1) and batches[-1].pad == len(batches) * batch_size - n
+                good = {i for i, d in enumerate(damaged) if not d}
+                ids = [int(i) for b in batches for i in b.index[: batch_size - b.pad]]
+                assert set(ids) == good and len(ids) == n  # every good record, each damaged one's row taken by a good one

@@ -125,7 +125,7 @@ def test_images_of_several_sizes_need_a_transform_and_the_error_names_the_record
     with pytest.raises(ImageError) as e:
         list(im2rec.RecordLoader(rec, 4, threads=1))  # one thread: record 0 sets the batch's shape
     path, offset, key = ds.locate(1)
-    assert str(e.value) == f"{path}: record {key} (byte {offset}): its image is {shapes[1]} torch.uint8, the batch's are {shapes[0]} torch.uint8: a batch needs one shape (resize or crop in the transform)"
+    assert str(e.value) == f"{path}: record {key} (byte {offset}): its image is {shapes[1]} torch.uint8, the batch's are {shapes[0]} torch.uint8: a batch needs one shape and dtype (resize or crop in the transform)"
     with pytest.raises(ImageError, match=r"the transform gave a str: a RecordLoader batches numpy arrays and tensors"):
         list(im2rec.RecordLoader(rec, 4, transform=str))
 
@@ -155,7 +155,7 @@ def test_damaged_records_warn_skip_or_raise(damaged_rec, caplog):
     assert [r.getMessage() for r in caplog.records] == [f"{where}: {words}: the image is damaged (`im2rec verify {damaged_rec} --decode` lists every such record)"]
     skipping = im2rec.RecordLoader(damaged_rec, 4, transform=crop, on_damaged="skip")
     batches = [labels.tolist() for _, labels in skipping]
-    assert batches == [[0, 1, 2, 8], [4, 5, 6, 7], [9]]  # its row taken by the next record without one (batch 1 was being filled)
+    assert batches == [[0, 1, 2, 4], [4, 5, 6, 7], [8, 9]]  # its row taken by the next good record: the batches keep their size
     with pytest.raises(ImageError, match=r"^" + __import__("re").escape(f"{where}: {words}: the image is damaged (on_damaged='raise')") + "$"):
         list(im2rec.RecordLoader(damaged_rec, 4, transform=crop, on_damaged="raise"))
 
@@ -219,3 +219,46 @@ def test_a_transform_with_out_writes_its_row_of_the_batch(rec):
     got = list(im2rec.RecordLoader(rec, 4, transform=into, threads=2))
     assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(want, got)) and len(got) == 5
     assert calls["out"] >= 16 and calls["new"] + calls["out"] == 20
+
+
+def test_skip_keeps_batches_and_ranks_in_step_whatever_is_damaged(real_size_folders, tmp_path):
+    """One record in four damaged at random, or the last ones, or the first: every batch of
+    every rank its size (a DDP job's ranks stay in step), ``len(loader)`` what comes out."""
+    jpegs = [p.read_bytes() for p in sorted(real_size_folders["imagenet"].rglob("*.jpg"))[:12]]
+    bad = bytearray(jpegs[0])
+    bad[len(bad) // 2 : len(bad) // 2 + 2000] = bytes(2000)
+    rng = np.random.default_rng(1)
+    for name, damaged in {"random": list(rng.random(41) < 0.25), "end": [False] * 20 + [True] * 4, "start": [True] * 5 + [False] * 4}.items():
+        rec = tmp_path / f"{name}.rec"
+        with recordio.RecordWriter(rec, rec.with_suffix(".idx")) as w:
+            for key, is_bad in enumerate(damaged):
+                w.write_idx(key, recordio.pack(recordio.IRHeader(0, float(key), key, 0), bytes(bad) if is_bad else jpegs[key % 12]))
+        ds = im2rec.RecordDataset(rec, on_damaged="skip")
+        for batch_size in (4, 5, 10):
+            for drop_last in (False, True):
+                sizes = []
+                for rank in (0, 1):
+                    loader = im2rec.RecordLoader(ds, batch_size, transform=crop, drop_last=drop_last, sampler=im2rec.RecordSampler(ds, shuffle=True, num_replicas=2, rank=rank))
+                    got = [labels.tolist() for _, labels in loader]
+                    assert len(got) == len(loader)
+                    assert all(not damaged[int(x)] for b in got for x in b)
+                    sizes.append([len(b) for b in got])
+                share = -(-len(damaged) // 2)
+                assert sizes[0] == sizes[1] == ([batch_size] * (share // batch_size) + ([share % batch_size] if share % batch_size and not drop_last else []))
+
+
+def test_a_list_given_for_the_rec_and_a_transform_that_fails_are_said_with_the_file(rec, tmp_path):
+    lst = rec.with_suffix(".lst")
+    with pytest.raises(im2rec.Im2recError) as e:
+        im2rec.RecordLoader(lst, 4)
+    size = min(lst.stat().st_size, 1 << 16)
+    assert str(e.value) == f"{lst}: not a RecordIO file: it starts with bytes {lst.read_bytes()[:4].hex(' ')}, and no record magic (ce d7 23 0a) is in its first {size:,} bytes (a .lst: pack it first, `im2rec pack`)"
+
+    def broken(img):
+        raise ZeroDivisionError("no")
+
+    with pytest.raises(ZeroDivisionError) as z:
+        list(im2rec.RecordLoader(rec, 4, transform=broken, threads=1))
+    path, offset, key = im2rec.RecordDataset(rec).locate(0)
+    if hasattr(z.value, "add_note"):
+        assert z.value.__notes__ == [f"(in RecordLoader's transform, on {path}: record {key} (byte {offset}))"]
