@@ -26,7 +26,7 @@ the epoch and the record, so the batches are the same with any ``preprocess_thre
 in any process; a record that cannot be decoded raises an error naming the ``.rec``, the
 key and the byte offset; one whose image is damaged (libjpeg decodes it with a warning) is
 ``on_damaged``'s: ``"warn"`` (MXNet's pixels, one warning naming it, counted in
-``damaged``), ``"skip"`` (left out, its row taken by the next record) or ``"raise"``.
+``damaged``), ``"skip"`` (left out, its row taken by the next good record of the part) or ``"raise"``.
 
 Decoding, augmenting and normalising run in ``preprocess_threads`` threads (OpenCV and numpy
 release the GIL), each image written in place into its row of the batch; a background
