@@ -129,6 +129,10 @@ class RecordLoader:
             raise ValueError(f"prefetch must be a positive integer, got {prefetch!r}")
         if sampler is not None and shuffle:
             raise ValueError("sampler and shuffle are mutually exclusive (as DataLoader's): give the sampler shuffle=True")
+        if isinstance(source, RecordDataset):
+            given = [name for name, value, default in (("mode", mode, "rgb"), ("on_damaged", on_damaged, "warn"), ("storage_options", storage_options, None)) if value != default]
+            if given:
+                raise ValueError(f"{', '.join(given)}: the RecordDataset's own (RecordDataset(..., {given[0]}=...)), not RecordLoader's when it is given one")
         self.dataset = source if isinstance(source, RecordDataset) else RecordDataset(source, mode=mode, on_damaged=on_damaged, storage_options=storage_options)
         self.batch_size, self.drop_last, self.prefetch = batch_size, bool(drop_last), prefetch
         self.transform, self.target_transform = transform, target_transform

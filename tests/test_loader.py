@@ -163,6 +163,8 @@ def test_damaged_records_warn_skip_or_raise(damaged_rec, caplog):
 def test_arguments_are_checked_and_pin_memory_without_a_gpu_warns(rec, caplog):
     with pytest.raises(ValueError, match=r"^batch_size must be a positive integer, got 0$"):
         im2rec.RecordLoader(rec, 0)
+    with pytest.raises(ValueError, match=r"^mode, on_damaged: the RecordDataset's own \(RecordDataset\(\.\.\., mode=\.\.\.\)\), not RecordLoader's when it is given one$"):
+        im2rec.RecordLoader(im2rec.RecordDataset(rec), 2, mode="gray", on_damaged="skip")
     with pytest.raises(ValueError, match=r"^sampler and shuffle are mutually exclusive"):
         im2rec.RecordLoader(rec, 2, shuffle=True, sampler=[0, 1])
     with caplog.at_level(logging.WARNING):
