@@ -101,11 +101,13 @@ class ListingError(Im2recError):
 class ImageError(Im2recError):
     """One image cannot be packed. ``kind`` is a short category for summaries
     (``missing``, ``unreadable``, ``empty``, ``not-an-image``, ``corrupt``,
-    ``too-large``, ``encode-failed``); the message is the one-line reason."""
+    ``too-large``, ``encode-failed``); the message is the one-line reason. ``damaged``: the
+    decoder made pixels all the same, partly made up (a JPEG decoded with libjpeg's warning)."""
 
-    def __init__(self, kind: str, message: str):
+    def __init__(self, kind: str, message: str, damaged: bool = False):
         super().__init__(message)
         self.kind = kind
+        self.damaged = damaged
 
 
 class StorageError(Im2recError):

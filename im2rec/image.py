@@ -656,7 +656,7 @@ def _decode_with_flag(data: bytes, opts: ImageOptions, info: tuple[str, int, int
     factor = _reduction(info, opts)
     img, damage = imdecode_checked(data, _REDUCED[(opts.color, factor)] if factor > 1 else opts.color)
     if damage is not None:
-        raise ImageError("corrupt", damage_words(damage))
+        raise ImageError("corrupt", damage_words(damage), damaged=img is not None)
     if img is None:
         fmt = info[0] if info else image_format(data)
         if fmt is None:

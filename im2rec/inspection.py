@@ -425,7 +425,8 @@ def verify_rec(rec: str, decode_images: bool = False, storage_options: dict | No
                 decode(bytes(body), options)
                 report.decoded += 1
             except (HeaderError, ImageError, RecordIOError) as e:
-                problems.append(Problem(offset, key, f"image not decodable: {_reason(e, rec)}"))
+                said = "image damaged (decoded with the decoder's warning)" if getattr(e, "damaged", False) else "image not decodable"
+                problems.append(Problem(offset, key, f"{said}: {_reason(e, rec)}"))
     def with_keys(found: list[Problem]) -> list[Problem]:
         return [dataclasses.replace(p, key=keys_at[p.offset]) if p.key is None and p.offset in keys_at else p for p in found]
 

@@ -561,7 +561,7 @@ def test_verify_decode_names_a_jpeg_decoded_only_with_a_warning(damaged_folder, 
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1
     key = keys["zeros.jpg"]
-    assert f"byte {index.offset(key)}, key {key}: image not decodable: premature end of data segment" in err, err
+    assert f"byte {index.offset(key)}, key {key}: image damaged (decoded with the decoder's warning): premature end of data segment" in err, err
     assert "Corrupt JPEG data" not in err
     assert "22 records" in out and "20 images decoded" in out
 
