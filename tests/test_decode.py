@@ -140,9 +140,10 @@ def test_a_thread_decodes_while_another_is_inside_a_decode(real_size_folders):
 
 @pytest.mark.xdist_group("timing")
 def test_two_threads_decode_in_parallel(real_size_folders):
-    """As a ratio measured side by side: decoding in 2 threads keeps 2 cores busy as well as
-    hashing does (which holds no lock at all), and runs at least 1.7x one thread's rate.
-    A busy machine (hashing itself not parallel) skips rather than fails."""
+    """As a ratio measured side by side, in rounds where hashing (which holds no lock) keeps 2
+    cores busy before and after: 2 threads decode at 1.7x one thread or more (passes); 4 such
+    rounds all below 1.3x mean the decoders take turns (fails: a lock gives about 1.0x).
+    Otherwise the machine is too busy to tell, and it skips (bench_dataset has the figure)."""
     if (os.cpu_count() or 1) < 2:
         pytest.skip("one core")
     blobs = [p.read_bytes() for p in sorted(real_size_folders["imagenet"].rglob("*.jpg"))[:200]]
@@ -157,10 +158,11 @@ def test_two_threads_decode_in_parallel(real_size_folders):
 
     quiet = []  # rounds in which the machine had 2 free cores (hashing, which holds no lock, used them)
     controls = []
+
     def control() -> float:
         return _parallelism(lambda _: hashlib.sha256(chunk).digest(), range(48), 2)
 
-    for _ in range(10):
+    for _ in range(12):
         before = control()
         controls.append(before)
         if before >= 1.6:
@@ -169,10 +171,13 @@ def test_two_threads_decode_in_parallel(real_size_folders):
                 quiet.append(ratio)
                 if ratio >= 1.7:
                     return
+        if len(quiet) >= 4:
+            break
         time.sleep(0.2)
-    if not quiet:
-        pytest.skip(f"the machine is busy: hashing in 2 threads kept at most {max(controls):.2f} cores busy")
-    raise AssertionError(f"2 threads decode at {max(quiet):.2f}x one thread at best, in {len(quiet)} quiet rounds")
+    # decoders that took turns (a lock) give about 1.0x; a shared machine's noise, 1.4-1.7x
+    if len(quiet) >= 4 and max(quiet) < 1.3:
+        raise AssertionError(f"2 threads decode at {max(quiet):.2f}x one thread at best, in {len(quiet)} quiet rounds: decoders take turns")
+    pytest.skip(f"inconclusive on this machine: 2 threads at {max(quiet, default=0):.2f}x one thread at best in {len(quiet)} quiet rounds (hashing kept at most {max(controls):.2f} cores busy)")
 
 
 def test_a_thread_writing_to_stderr_loses_no_line_while_others_decode_damaged_images(real_size_folders, tmp_path, capfd, caplog):
@@ -200,7 +205,7 @@ def test_a_thread_writing_to_stderr_loses_no_line_while_others_decode_damaged_im
     err = capfd.readouterr().err.splitlines()
     assert [line for line in err if line.startswith("line ")] == [f"line {n}" for n in range(300)]  # none lost, none split, in order
     assert not [line for line in err if "Corrupt JPEG" in line and not line.startswith(("warning: ", str(tmp_path)))]  # libjpeg's own: never
-    assert ds.damaged == 20 and len(caplog.records) == 20
+    assert ds.damaged == 20 and len([r for r in caplog.records if r.name == "im2rec.image" and "the image is damaged" in r.getMessage()]) == 20
 
 
 def test_imdecode_warns_of_damage_and_gives_mxnets_pixels(real_size_folders, caplog):
