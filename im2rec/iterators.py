@@ -406,13 +406,6 @@ def plan_epoch(order: np.ndarray, next_order: Callable[[], np.ndarray], epoch: i
     return EpochPlan(rows.reshape(nb, batch_size), epochs.reshape(nb, batch_size), pads, skip_next)
 
 
-def _epoch_order(part: np.ndarray, shuffle: bool, seed: int, epoch: int) -> np.ndarray:
-    """The records of an epoch in the order they are read: the part, permuted with ``shuffle``."""
-    if not shuffle:
-        return part
-    return np.random.default_rng([_seed_words(seed), 0x5EED, epoch]).permutation(part)
-
-
 def _seed_words(seed: int) -> int:
     return int(seed) % (1 << 32)
 
@@ -558,7 +551,9 @@ class _RecordIter:
     # ---- epochs
 
     def _order(self, epoch: int) -> np.ndarray:
-        return _epoch_order(self.part, self.args["shuffle"], self.args["seed"], epoch)
+        if not self.args["shuffle"]:
+            return self.part
+        return np.random.default_rng([_seed_words(self.args["seed"]), 0x5EED, epoch]).permutation(self.part)
 
     def _start_epoch(self) -> None:
         epoch = self.epoch
