@@ -186,9 +186,14 @@ def test_a_thread_writing_to_stderr_loses_no_line_while_others_decode_damaged_im
         for key in range(40):
             w.write_idx(key, recordio.pack(recordio.IRHeader(0, 1.0, key, 0), _damaged(jpeg) if key % 2 else jpeg))
     ds = RecordDataset(tmp_path / "d.rec")
-    done = threading.Event()
+    decoding, done = threading.Event(), threading.Event()
+
+    def decode(i: int) -> object:
+        decoding.set()
+        return ds[i]
 
     def write() -> None:
+        decoding.wait(60)  # overlap the decoding, however fast this thread's 300 writes are
         for n in range(300):
             if n % 2:
                 os.write(2, f"line {n}\n".encode())
@@ -199,8 +204,10 @@ def test_a_thread_writing_to_stderr_loses_no_line_while_others_decode_damaged_im
     writer = threading.Thread(target=write)
     with caplog.at_level(logging.WARNING, logger="im2rec.dataset"), ThreadPoolExecutor(2) as pool:
         writer.start()
-        while not done.is_set():
-            list(pool.map(ds.__getitem__, range(len(ds))))
+        rounds = 0
+        while not rounds or not done.is_set():  # at least one whole round, then until the writer is done
+            list(pool.map(decode, range(len(ds))))
+            rounds += 1
         writer.join()
     err = capfd.readouterr().err.splitlines()
     assert [line for line in err if line.startswith("line ")] == [f"line {n}" for n in range(300)]  # none lost, none split, in order
