@@ -91,7 +91,7 @@ WORK = """
 import itertools, json, sys, time
 import numpy as np, torch
 import im2rec
-from im2rec.augment import ImageAugmenter, Normalizer
+from im2rec.mx.augment import ImageAugmenter, Normalizer
 
 kw = json.loads(sys.argv[1])
 aug = ImageAugmenter(data_shape=tuple(kw["data_shape"]), resize=kw["resize"], rand_crop=True)

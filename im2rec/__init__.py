@@ -51,7 +51,7 @@ def __getattr__(name: str):
 
         return RecordDataset
     if name in ("ImageRecordIter", "ImageDetRecordIter", "DataBatch", "DataDesc"):
-        from . import iterators
+        from .mx import iterators
 
         return getattr(iterators, name)
     if name == "RecordLoader":
@@ -59,7 +59,7 @@ def __getattr__(name: str):
 
         return RecordLoader
     if name == "imdecode":
-        from .augment import imdecode
+        from .mx.augment import imdecode
 
         return imdecode
     if name == "VerificationPairs":

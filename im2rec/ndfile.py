@@ -107,17 +107,20 @@ def load(path: str | os.PathLike[str]) -> dict[str, np.ndarray] | list[np.ndarra
     return dict(zip(names, arrays)) if names else arrays
 
 
-def save(path: str | os.PathLike[str], arrays: dict[str, np.ndarray]) -> None:
-    """Write ``arrays`` as ``mx.nd.save(path, arrays)`` does (V2 arrays on the CPU), atomically."""
-    parts = [struct.pack("<QQQ", LIST_MAGIC, 0, len(arrays))]
-    for array in arrays.values():
+def save(path: str | os.PathLike[str], arrays: dict[str, np.ndarray] | list[np.ndarray]) -> None:
+    """Write ``arrays`` as ``mx.nd.save(path, arrays)`` does (V2 arrays on the CPU), atomically;
+    a list is saved without names, as MXNet saves one."""
+    values = list(arrays.values()) if isinstance(arrays, dict) else list(arrays)
+    names = list(arrays) if isinstance(arrays, dict) else []
+    parts = [struct.pack("<QQQ", LIST_MAGIC, 0, len(values))]
+    for array in values:
         a = np.ascontiguousarray(array)
         if a.dtype not in _FLAGS:
             raise ValueError(f"MXNet has no type for {a.dtype}")
         parts.append(struct.pack(f"<Iii{a.ndim}qiii", _V2, 0, a.ndim, *a.shape, _CPU, 0, _FLAGS[a.dtype]))
         parts.append(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
-    parts.append(struct.pack("<Q", len(arrays)))
-    for key in arrays:
+    parts.append(struct.pack("<Q", len(names)))
+    for key in names:
         raw = key.encode("utf-8")
         parts.append(struct.pack("<Q", len(raw)) + raw)
     with atomic_open(os.fspath(path), "wb") as f:

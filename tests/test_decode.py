@@ -218,7 +218,7 @@ def test_a_thread_writing_to_stderr_loses_no_line_while_others_decode_damaged_im
 def test_imdecode_warns_of_damage_and_gives_mxnets_pixels(real_size_folders, caplog):
     jpeg = sorted(real_size_folders["imagenet"].rglob("*.jpg"))[0].read_bytes()
     bad = _damaged(jpeg)
-    with caplog.at_level(logging.WARNING, logger="im2rec.augment"):
+    with caplog.at_level(logging.WARNING, logger="im2rec.mx.augment"):
         img = im2rec.imdecode(bad)
     want = cv2.cvtColor(imdecode_checked(bad, 1 | IGNORE_ORIENTATION).image, cv2.COLOR_BGR2RGB)
     assert np.array_equal(img, want)

@@ -23,7 +23,8 @@ from conftest import DATA, deadline
 import im2rec
 from im2rec import ndfile, recordio
 from im2rec.errors import Im2recError, ImageError, LabelError, OptionError
-from im2rec.iterators import RECORD_ITER_ARGS, part_items, plan_epoch
+from im2rec.mx.epochs import part_items, plan_epoch
+from im2rec.mx.iterators import RECORD_ITER_ARGS
 
 GOLD = DATA / "iterators"
 CONFIGS = json.loads((GOLD / "configs.json").read_text())
@@ -158,7 +159,7 @@ def test_imdecode_is_mxnets(inputs):
 
 
 def test_cubic_resize_is_opencv_342s():
-    from im2rec.augment import resize_cubic
+    from im2rec.mx.kernels import resize_cubic
 
     reader = recordio.RecordReader(GOLD / "images.rec", GOLD / "images.idx")
     checked = 0
@@ -411,7 +412,7 @@ def test_rand_crop_takes_a_window_of_the_resized_image(inputs):
 
 
 def test_random_resized_crop_follows_mxnets_area_and_aspect_rules():
-    from im2rec.augment import ImageAugmenter
+    from im2rec.mx.augment import ImageAugmenter
 
     aug = ImageAugmenter(data_shape=(3, 32, 32), random_resized_crop=True, min_random_area=0.25, max_random_area=0.5, min_aspect_ratio=0.75, max_aspect_ratio=1.333)
     img = np.arange(200 * 300 * 3, dtype=np.uint32).reshape(200, 300, 3).astype(np.uint8)

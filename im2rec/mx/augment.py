@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .errors import ImageError
-from .image import IGNORE_ORIENTATION, Checked, imdecode_checked, opencv
+from ..errors import ImageError
+from ..image import IGNORE_ORIENTATION, Checked, imdecode_checked, opencv
+from .args import bounds
+from .kernels import border, resize, round_half_away, saturate_u8, warp_affine
 
 log = logging.getLogger(__name__)
 
@@ -68,131 +70,10 @@ def _inter_method(code: int, old_w: int, old_h: int, new_w: int, new_h: int, rng
     return code
 
 
-def _border(fill: int) -> tuple[int, int, int, int]:
-    """MXNet's border colour, ``cv::Scalar(fill, fill, fill)``: the fourth (alpha) value is 0."""
-    return (fill, fill, fill, 0)
-
-
 def _uniform(rng: np.random.Generator, low: float, high: float) -> float:
     """``std::uniform_real_distribution(low, high)`` as libstdc++ draws it: ``low + (high - low) * u``
     (also when ``high < low``, which MXNet's crop-box ranges can give and numpy refuses)."""
     return float(low + (high - low) * rng.random())
-
-
-def _round_half_away(x: Any) -> Any:
-    """C's ``std::round`` (halves away from zero), where numpy's rounds halves to even."""
-    return np.sign(x) * np.floor(np.abs(x) + 0.5)
-
-
-_RESIZE_COEF_SCALE = 2048  # OpenCV's INTER_RESIZE_COEF_SCALE: 11 bits of fixed point
-
-
-def _cubic_taps(n_src: int, n_dst: int) -> tuple[np.ndarray, np.ndarray]:
-    """OpenCV's source offsets and fixed-point cubic weights (A = -0.75) of each output position."""
-    scale = 1.0 / (n_dst / n_src)
-    f = ((np.arange(n_dst) + 0.5) * scale - 0.5).astype(F32)
-    first = np.floor(f).astype(np.int64)
-    x = (f - first.astype(F32)).astype(F32)
-    a, one = F32(-0.75), F32(1)
-    c0 = ((a * (x + one) - F32(5) * a) * (x + one) + F32(8) * a) * (x + one) - F32(4) * a
-    c1 = ((a + F32(2)) * x - (a + F32(3))) * x * x + one
-    c2 = ((a + F32(2)) * (one - x) - (a + F32(3))) * (one - x) * (one - x) + one
-    c3 = one - c0 - c1 - c2
-    weights = np.rint(np.stack([c0, c1, c2, c3], axis=1) * F32(_RESIZE_COEF_SCALE)).astype(np.int64)
-    return first, weights
-
-
-def resize_cubic(img: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """``cv::resize(..., INTER_CUBIC)`` of a uint8 image as OpenCV 3.4.2 computes it, the
-    OpenCV inside MXNet 1.9.1's wheels (later versions round differently: up to one level).
-
-    The horizontal pass is integer arithmetic on 11-bit weights; the vertical pass is
-    float32 for the first ``8 * (width * channels // 8)`` values of a row (3.4.2's SSE2
-    loop: ``((s0*b0 + s1*b1) + s2*b2) + s3*b3``, rounded half to even) and 22-bit fixed
-    point for the rest; edges repeat the border pixel.
-    """
-    w, h = size
-    src = img if img.ndim == 3 else img[:, :, None]
-    rows, cols, channels = src.shape
-    if (w, h) == (cols, rows):
-        return img.copy()
-    x0, xw = _cubic_taps(cols, w)
-    y0, yw = _cubic_taps(rows, h)
-    width = w * channels
-    yi = np.clip(y0[:, None] + np.arange(-1, 3)[None, :], 0, rows - 1)
-    used = np.unique(yi)  # the source rows the vertical pass reads
-    # horizontal: OpenCV's integer sums, computed in float32, where they are exact (< 2**24)
-    xi = np.clip(x0[None, :] + np.arange(-1, 3)[:, None], 0, cols - 1)
-    taps = np.take(src.reshape(rows, cols * channels)[used], (xi[:, :, None] * channels + np.arange(channels)).reshape(4 * width), axis=1)
-    taps = taps.astype(F32).reshape(len(used), 4, width)
-    weights = np.repeat(xw.T.astype(F32), channels, axis=1)
-    horizontal = taps[:, 0] * weights[0]
-    for k in (1, 2, 3):
-        horizontal += taps[:, k] * weights[k]
-    at = np.searchsorted(used, yi)
-    n = width // 8 * 8
-    out = np.empty((h, width), dtype=np.uint8)
-    beta = (yw.astype(F32) * (F32(1) / F32(_RESIZE_COEF_SCALE * _RESIZE_COEF_SCALE))).astype(F32)
-    head = horizontal[:, :n]
-    acc = head[at[:, 0]] * beta[:, 0:1]
-    for k in (1, 2, 3):
-        acc += head[at[:, k]] * beta[:, k : k + 1]
-    out[:, :n] = np.clip(np.rint(acc, out=acc), 0, 255)
-    if n < width:
-        tail = horizontal[:, n:].astype(np.int64)
-        fixed = sum(tail[at[:, k]] * yw[:, k : k + 1] for k in range(4))
-        out[:, n:] = np.clip((fixed + (1 << 21)) >> 22, 0, 255)
-    out = out.reshape(h, w, channels)
-    return out if img.ndim == 3 else out[:, :, 0]
-
-
-def _resize(img: np.ndarray, size: tuple[int, int], code: int) -> np.ndarray:
-    """``cv::resize`` as MXNet 1.9.1 gets it: OpenCV's own, but cubic as its 3.4.2 computes it."""
-    if code == 2 and img.dtype == np.uint8:
-        return resize_cubic(img, size)
-    return opencv().resize(img, size, interpolation=code)
-
-
-def warp_affine(img: np.ndarray, m: np.ndarray, size: tuple[int, int], code: int, fill: int) -> np.ndarray:
-    """``cv::warpAffine(img, m, size, code, BORDER_CONSTANT, fill)`` as MXNet 1.9.1 gets it.
-
-    Bilinear (and area, which warpAffine treats as bilinear) is computed here as OpenCV
-    3.4.2 does, the OpenCV inside MXNet's wheels (OpenCV 5 computes it differently, up to 4
-    levels apart): the inverse map in double, source coordinates in 1/32 pixel steps
-    (``X0 + adelta`` at 10 bits, rounded half to even), 15-bit weights, and the fill value
-    for the neighbours outside the image. Other interpolations are OpenCV's own.
-    ``fill`` is MXNet's ``cv::Scalar(fill, fill, fill)``: an alpha channel is filled with 0.
-    """
-    cv2 = opencv()
-    if code not in (1, 3) or img.dtype != np.uint8:
-        return cv2.warpAffine(img, m, size, flags=code, borderMode=cv2.BORDER_CONSTANT, borderValue=_border(fill))
-    w, h = size
-    src = img if img.ndim == 3 else img[:, :, None]
-    rows, cols, channels = src.shape
-    m0, m1, m2, m3, m4, m5 = (float(v) for v in np.asarray(m, dtype=np.float64).reshape(6))
-    det = m0 * m4 - m1 * m3
-    det = 1.0 / det if det != 0 else 0.0
-    a11, a22 = m4 * det, m0 * det
-    m0, m1, m3, m4 = a11, m1 * -det, m3 * -det, a22
-    m2, m5 = -m0 * m2 - m1 * m5, -m3 * m2 - m4 * m5
-    xs, ys = np.arange(w, dtype=np.float64), np.arange(h, dtype=np.float64)
-    adelta, bdelta = np.rint(m0 * xs * 1024).astype(np.int64), np.rint(m3 * xs * 1024).astype(np.int64)
-    x0, y0 = np.rint((m1 * ys + m2) * 1024).astype(np.int64) + 16, np.rint((m4 * ys + m5) * 1024).astype(np.int64) + 16
-    big_x, big_y = (x0[:, None] + adelta[None, :]) >> 5, (y0[:, None] + bdelta[None, :]) >> 5
-    sx, sy = np.clip(big_x >> 5, -32768, 32767), np.clip(big_y >> 5, -32768, 32767)
-    fx, fy = big_x & 31, big_y & 31
-    weights = ((32 - fy) * (32 - fx) * 32, (32 - fy) * fx * 32, fy * (32 - fx) * 32, fy * fx * 32)
-    cval = np.array(_border(fill)[:channels], dtype=np.int64).clip(0, 255)
-    total = np.zeros((h, w, channels), dtype=np.int64)
-    for weight, (dy, dx) in zip(weights, ((0, 0), (0, 1), (1, 0), (1, 1))):
-        yy, xx = sy + dy, sx + dx
-        inside = (yy >= 0) & (yy < rows) & (xx >= 0) & (xx < cols)
-        values = np.where(inside[:, :, None], src[np.clip(yy, 0, rows - 1), np.clip(xx, 0, cols - 1)], cval)
-        total += weight[:, :, None] * values
-    out = np.clip((total + (1 << 14)) >> 15, 0, 255).astype(np.uint8)
-    outside = (sx >= cols) | (sx + 1 < 0) | (sy >= rows) | (sy + 1 < 0)
-    out[outside] = cval
-    return out if img.ndim == 3 else out[:, :, 0]
 
 
 def _resize_shorter(img: np.ndarray, size: int, code: int, rng: np.random.Generator) -> np.ndarray:
@@ -202,12 +83,7 @@ def _resize_shorter(img: np.ndarray, size: int, code: int, rng: np.random.Genera
         new_h, new_w = size * rows // cols, size
     else:
         new_h, new_w = size, size * cols // rows
-    return _resize(img, (new_w, new_h), _inter_method(code, cols, rows, new_w, new_h, rng))
-
-
-def _saturate_u8(x: np.ndarray) -> np.ndarray:
-    """OpenCV's ``saturate_cast<uchar>`` of float values: rounded to nearest (even), clipped."""
-    return np.clip(np.rint(x), 0, 255).astype(np.uint8)
+    return resize(img, (new_w, new_h), _inter_method(code, cols, rows, new_w, new_h, rng))
 
 
 def _gray(img: np.ndarray) -> np.ndarray:
@@ -243,14 +119,14 @@ class ImageAugmenter:
     resize: int = -1
     rand_crop: bool = False
     random_resized_crop: bool = False
-    max_rotate_angle: int = 0
+    max_rotate_angle: int = field(default=0, metadata=bounds(lower=0))
     max_aspect_ratio: float = 0.0
     min_aspect_ratio: float | None = None
     max_shear_ratio: float = 0.0
     max_crop_size: int = -1
     min_crop_size: int = -1
-    max_random_scale: float = 1.0
-    min_random_scale: float = 1.0
+    max_random_scale: float = field(default=1.0, metadata=bounds(above=0))
+    min_random_scale: float = field(default=1.0, metadata=bounds(above=0))
     max_random_area: float = 1.0
     min_random_area: float = 1.0
     max_img_size: float = 1e10
@@ -265,7 +141,7 @@ class ImageAugmenter:
     rotate: int = -1
     fill_value: int = 255
     inter_method: int = 1
-    pad: int = 0
+    pad: int = field(default=0, metadata=bounds(lower=0))
     rotate_list: tuple[int, ...] = ()  # MXNet's undeclared extra: an angle drawn from these
 
     def aspect_range(self) -> tuple[float, float]:
@@ -324,7 +200,7 @@ class ImageAugmenter:
             res = self._warp(res, rng)
         if self.pad > 0:
             p = self.pad
-            res = cv2.copyMakeBorder(res, p, p, p, p, cv2.BORDER_CONSTANT, value=_border(self.fill_value))
+            res = cv2.copyMakeBorder(res, p, p, p, p, cv2.BORDER_CONSTANT, value=border(self.fill_value))
 
         cropped = False
         if self.random_resized_crop:
@@ -336,15 +212,15 @@ class ImageAugmenter:
                     rand_area = F32(_uniform(rng, self.min_random_area, self.max_random_area))
                     ratio = F32(_uniform(rng, lo, hi))
                     target = area * rand_area
-                    y_area = int(_round_half_away(math.sqrt(target / ratio)))
-                    x_area = int(_round_half_away(math.sqrt(target * ratio)))
+                    y_area = int(round_half_away(math.sqrt(target / ratio)))
+                    x_area = int(round_half_away(math.sqrt(target * ratio)))
                     if rng.random() > 0.5:
                         y_area, x_area = x_area, y_area
                     if y_area <= rows and x_area <= cols:
                         y = int(rng.integers(0, rows - y_area + 1))
                         x = int(rng.integers(0, cols - x_area + 1))
                         code = _inter_method(self.inter_method, x_area, y_area, out_w, out_h, rng)
-                        res = _resize(res[y : y + y_area, x : x + x_area], (out_w, out_h), code)
+                        res = resize(res[y : y + y_area, x : x + x_area], (out_w, out_h), code)
                         cropped = True
                         break
         elif self.max_crop_size != -1 or self.min_crop_size != -1:
@@ -358,7 +234,7 @@ class ImageAugmenter:
             else:
                 y, x = y // 2, x // 2
             code = _inter_method(self.inter_method, size, size, out_w, out_h, rng)
-            res = _resize(res[y : y + size, x : x + size], (out_w, out_h), code)
+            res = resize(res[y : y + size, x : x + size], (out_w, out_h), code)
             cropped = True
 
         if not cropped:
@@ -417,11 +293,11 @@ class ImageAugmenter:
         code = _inter_method(self.inter_method, cols, rows, out_w, out_h, rng)
         if rows < out_h:
             new_cols = int(F32(out_h) / F32(rows) * F32(cols))
-            res = _resize(res, (new_cols, out_h), code)
+            res = resize(res, (new_cols, out_h), code)
         rows, cols = res.shape[:2]
         if cols < out_w:
             new_rows = int(F32(out_w) / F32(cols) * F32(rows))
-            res = _resize(res, (out_w, new_rows), code)
+            res = resize(res, (out_w, new_rows), code)
         rows, cols = res.shape[:2]
         if rows < out_h or cols < out_w:
             raise ValueError(f"the image ({cols}x{rows}) is smaller than data_shape ({out_w}x{out_h})")
@@ -439,13 +315,13 @@ class ImageAugmenter:
         alpha_s = 1.0 + F32(_uniform(rng, -self.saturation, self.saturation))
         for step in rng.permutation(3):
             if step == 0:
-                res = _saturate_u8(res.astype(F32) * F32(alpha_b))
+                res = saturate_u8(res.astype(F32) * F32(alpha_b))
             elif step == 1:
                 mean = float(_gray(res).mean())
-                res = _saturate_u8(res.astype(F32) * F32(alpha_c) + F32((1 - alpha_c) * mean))
+                res = saturate_u8(res.astype(F32) * F32(alpha_c) + F32((1 - alpha_c) * mean))
             elif res.ndim == 3:
                 gray = _gray(res).astype(F32)[:, :, None]
-                res = _saturate_u8(res.astype(F32) * F32(alpha_s) + gray * F32(1 - alpha_s))
+                res = saturate_u8(res.astype(F32) * F32(alpha_s) + gray * F32(1 - alpha_s))
         return res
 
 
@@ -470,7 +346,7 @@ class Normalizer:
         self.max_random_illumination = F32(max_random_illumination)
         if self.dtype == np.int8:
             base = mean_img if mean_img is not None else self.mean[:, None, None]
-            self.mean_int = _round_half_away(base.astype(np.float64)).astype(np.int16)
+            self.mean_int = round_half_away(base.astype(np.float64)).astype(np.int16)
 
     def factors(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """This image's ``mult`` and ``bias`` per channel (the draws MXNet makes, in its order)."""
@@ -630,11 +506,11 @@ class DetAugmenter:
     min_crop_object_coverages: tuple[float, ...] = (0.0,)
     max_crop_object_coverages: tuple[float, ...] = (1.0,)
     num_crop_sampler: int = 1
-    crop_emit_mode: str = "center"
+    crop_emit_mode: str = field(default="center", metadata=bounds(choices=CROP_EMIT_MODES))
     emit_overlap_thresh: float = 0.3
     max_crop_trials: tuple[int, ...] = (25,)
     rand_pad_prob: float = 0.0
-    max_pad_scale: float = 1.0
+    max_pad_scale: float = field(default=1.0, metadata=bounds(above=0))
     max_random_hue: int = 0
     random_hue_prob: float = 0.0
     max_random_saturation: int = 0
@@ -646,7 +522,7 @@ class DetAugmenter:
     rand_mirror_prob: float = 0.0
     fill_value: int = 127
     inter_method: int = 1
-    resize_mode: str = "force"
+    resize_mode: str = field(default="force", metadata=bounds(choices=RESIZE_MODES))
 
     def samplers(self) -> list[dict[str, float]]:
         """One dict of crop-sampler settings per sampler (a single value serves every sampler)."""
@@ -708,7 +584,7 @@ class DetAugmenter:
             if h or s or l:
                 res = _shift_hls(res, h, l, s)
             if abs(c) > 1e-3:
-                res = _saturate_u8(res.astype(F32) * (c + F32(1)))
+                res = saturate_u8(res.astype(F32) * (c + F32(1)))
 
         if self.rand_mirror_prob > 0 and rng.random() < self.rand_mirror_prob:
             label.mirror()
@@ -722,7 +598,7 @@ class DetAugmenter:
                 rows, cols = res.shape[:2]
                 left, top = int(x0 * F32(cols)), int(y0 * F32(rows))
                 right, bottom = int((scale - x0 - F32(1)) * F32(cols)), int((scale - y0 - F32(1)) * F32(rows))
-                res = cv2.copyMakeBorder(res, top, bottom, left, right, cv2.BORDER_CONSTANT, value=_border(self.fill_value))
+                res = cv2.copyMakeBorder(res, top, bottom, left, right, cv2.BORDER_CONSTANT, value=border(self.fill_value))
 
         if self.rand_crop_prob > 0 and self.num_crop_sampler > 0 and rng.random() < self.rand_crop_prob:
             samplers = self.samplers()
@@ -746,11 +622,11 @@ class DetAugmenter:
         rows, cols = res.shape[:2]
         _, out_h, out_w = self.data_shape
         if self.resize_mode == "force":
-            res = _resize(res, (out_w, out_h), _inter_method(self.inter_method, cols, rows, out_w, out_h, rng))
+            res = resize(res, (out_w, out_h), _inter_method(self.inter_method, cols, rows, out_w, out_h, rng))
         elif (self.resize_mode == "shrink" and (rows > out_h or cols > out_w)) or self.resize_mode == "fit":
             ratio = min(F32(out_h) / F32(rows), F32(out_w) / F32(cols))
             new_h, new_w = int(ratio * F32(rows)), int(ratio * F32(cols))
-            res = _resize(res, (new_w, new_h), _inter_method(self.inter_method, cols, rows, new_w, new_h, rng))
+            res = resize(res, (new_w, new_h), _inter_method(self.inter_method, cols, rows, new_w, new_h, rng))
         return res, label.to_array()
 
     @staticmethod

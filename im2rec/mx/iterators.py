@@ -37,373 +37,67 @@ thread keeps ``prefetch_buffer`` batches ready. Each batch is a new array, so a
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import logging
 import os
 import queue
 import threading
 import weakref
-from collections import namedtuple
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import ndfile
-from .augment import CROP_EMIT_MODES, CROP_SAMPLER_ARGS, RESIZE_MODES, DetAugmenter, DetNormalizer, ImageAugmenter, Normalizer, decode_for_iterator
-from .batching import END, Work, produce
-from .dataset import RecordDataset
-from .errors import Im2recError, ImageError, LabelError, OptionError, RecordIOError
-from .image import DAMAGE_POLICIES, Damaged, next_good
-from .lst import iter_lst
+from .. import ndfile
+from ..batching import END, Work, produce
+from ..dataset import RecordDataset
+from ..errors import Im2recError, ImageError, LabelError, OptionError, RecordIOError
+from ..image import Damaged, next_good
+from ..lst import iter_lst
+from .args import DET_DTYPES, READER_ARGS, RECORD_DTYPES, Arg, args_of, help_text, parse_arguments, table
+from .augment import DetAugmenter, DetNormalizer, ImageAugmenter, Normalizer, decode_for_iterator
+from .batch import DataBatch, DataDesc, DataIter
+from .epochs import part_items, plan_epoch
 
 __all__ = ["DataBatch", "DataDesc", "ImageDetRecordIter", "ImageRecordIter"]
 
 log = logging.getLogger(__name__)
 
 
-class DataDesc(namedtuple("DataDesc", ["name", "shape"])):
-    """``mx.io.DataDesc``: a ``(name, shape)`` tuple, as MXNet's (so it equals ``("data", shape)``),
-    with ``dtype`` and ``layout`` attributes."""
-
-    dtype: Any  # attributes beside the tuple, as MXNet's
-    layout: str
-
-    def __new__(cls, name: str, shape: tuple[int, ...], dtype: Any = np.float32, layout: str = "NCHW") -> DataDesc:
-        desc = super().__new__(cls, name, tuple(shape))
-        desc.dtype, desc.layout = dtype, layout
-        return desc
-
-    def __repr__(self) -> str:
-        return f"DataDesc[{self.name},{self.shape},{np.dtype(self.dtype)},{self.layout}]"
-
-
-class DataBatch:
-    """``mx.io.DataBatch``: ``data`` and ``label`` (lists of one numpy array each), ``pad``
-    (how many of the last rows are not this epoch's records) and ``index`` (the records'
-    header ids, uint64)."""
-
-    def __init__(self, data: list[np.ndarray], label: list[np.ndarray], pad: int = 0, index: np.ndarray | None = None, provide_data: list[DataDesc] | None = None, provide_label: list[DataDesc] | None = None):
-        self.data, self.label, self.pad, self.index = data, label, pad, index
-        self.provide_data, self.provide_label = provide_data, provide_label
-        self.bucket_key = None
-
-    def __repr__(self) -> str:
-        shapes = ", ".join(str(d.shape) for d in self.data)
-        labels = ", ".join(str(d.shape) for d in self.label)
-        return f"DataBatch: data shapes: [{shapes}] label shapes: [{labels}] pad: {self.pad}"
-
-
 # --------------------------------------------------------------------------- arguments
 
-
-@dataclasses.dataclass(frozen=True)
-class Arg:
-    """One keyword argument: its kind, MXNet's default, a lower bound or the allowed values.
-    ``inert``: MXNet's, but it changes nothing here (devices, logging, chunked shuffling)."""
-
-    kind: str  # int, float, bool, str, shape, floats, ints, choice, optional-int, optional-float, options
-    default: Any = None
-    lower: float | None = None
-    choices: tuple[str, ...] = ()
-    required: bool = False
-    inert: bool = False
-
-
-#: The dtypes each iterator makes batches of: MXNet's three, and float16/float64 beside them
-#: (computed in float32, then cast). MXNet's other dtype names are refused.
-RECORD_DTYPES = ("float32", "float16", "float64", "uint8", "int8")
-DET_DTYPES = ("float32", "float16", "float64")
-_READER_ARGS = {
-    "path_imglist": Arg("str", ""),
-    "label_width": Arg("int", 1, lower=1),
-    "data_shape": Arg("shape", required=True),
-    "preprocess_threads": Arg("int", 4, lower=1),
-    "verbose": Arg("bool", True, inert=True),
-    "num_parts": Arg("int", 1, lower=1),
-    "part_index": Arg("int", 0, lower=0),
-    "shuffle_chunk_size": Arg("int", 0, inert=True),
-    "shuffle_chunk_seed": Arg("int", 0, inert=True),
-    "shuffle": Arg("bool", False),
-    "seed": Arg("int", 0),
-    "batch_size": Arg("int", required=True, lower=1),
-    "round_batch": Arg("bool", True),
-    "prefetch_buffer": Arg("int", 4, lower=1),
-    "ctx": Arg("choice", "gpu", choices=("cpu", "gpu"), inert=True),
-    "mean_img": Arg("str", ""),
-    "mean_r": Arg("float", 0.0),
-    "mean_g": Arg("float", 0.0),
-    "mean_b": Arg("float", 0.0),
-    "mean_a": Arg("float", 0.0),
-    "scale": Arg("float", 1.0),
-    "resize": Arg("int", -1),
-    "inter_method": Arg("int", 1),
-    # mx.io.MXDataIter's own: the names of provide_data and provide_label
-    "data_name": Arg("str", "data"),
-    "label_name": Arg("str", "softmax_label"),
-    # im2rec's: fsspec options for a URL (else the environment's credentials and endpoint)
-    "storage_options": Arg("options", None),
-    # im2rec's: the seed of the random augmentations (ImageRecordIter has it in MXNet too)
-    "seed_aug": Arg("optional-int", None),
-    # the .idx (ImageDetRecordIter: im2rec's; records are read through it)
-    "path_imgidx": Arg("str", ""),
-    # im2rec's: a record whose image is damaged: its pixels and a warning, left out, or an error
-    "on_damaged": Arg("choice", "warn", choices=DAMAGE_POLICIES),
-}
-RECORD_ITER_ARGS: dict[str, Arg] = {
-    **_READER_ARGS,
-    "dtype": Arg("choice", None, choices=RECORD_DTYPES),
-    "path_imgrec": Arg("str", ""),
-    "aug_seq": Arg("choice", "aug_default", choices=("aug_default",)),
-    "device_id": Arg("int", 0, inert=True),
-    "std_r": Arg("float", 1.0),
-    "std_g": Arg("float", 1.0),
-    "std_b": Arg("float", 1.0),
-    "std_a": Arg("float", 1.0),
-    "mirror": Arg("bool", False),
-    "rand_mirror": Arg("bool", False),
-    "max_random_contrast": Arg("float", 0.0),
-    "max_random_illumination": Arg("float", 0.0),
-    "rand_crop": Arg("bool", False),
-    "random_resized_crop": Arg("bool", False),
-    "max_rotate_angle": Arg("int", 0),
-    "max_aspect_ratio": Arg("float", 0.0),
-    "min_aspect_ratio": Arg("optional-float", None),
-    "max_shear_ratio": Arg("float", 0.0),
-    "max_crop_size": Arg("int", -1),
-    "min_crop_size": Arg("int", -1),
-    "max_random_scale": Arg("float", 1.0),
-    "min_random_scale": Arg("float", 1.0),
-    "max_random_area": Arg("float", 1.0),
-    "min_random_area": Arg("float", 1.0),
-    "max_img_size": Arg("float", 1e10),
-    "min_img_size": Arg("float", 0.0),
-    "brightness": Arg("float", 0.0),
-    "contrast": Arg("float", 0.0),
-    "saturation": Arg("float", 0.0),
-    "pca_noise": Arg("float", 0.0),
-    "random_h": Arg("int", 0),
-    "random_s": Arg("int", 0),
-    "random_l": Arg("int", 0),
-    "rotate": Arg("int", -1),
-    "rotate_list": Arg("ints", ()),
-    "fill_value": Arg("int", 255),
-    "pad": Arg("int", 0),
-}
-DET_ITER_ARGS: dict[str, Arg] = {
-    **_READER_ARGS,
-    "dtype": Arg("choice", None, choices=DET_DTYPES),
-    "path_imgrec": Arg("str", "./data/imgrec.rec"),
-    "aug_seq": Arg("choice", "det_aug_default", choices=("det_aug_default",)),
-    "label_width": Arg("int", -1),
-    "label_pad_width": Arg("int", 0),
-    "label_pad_value": Arg("float", -1.0),
-    "std_r": Arg("float", 0.0),
-    "std_g": Arg("float", 0.0),
-    "std_b": Arg("float", 0.0),
-    "std_a": Arg("float", 0.0),
-    "rand_crop_prob": Arg("float", 0.0),
-    **{name: Arg("ints" if name == "max_crop_trials" else "floats", getattr(DetAugmenter, name)) for name in CROP_SAMPLER_ARGS},
-    "num_crop_sampler": Arg("int", 1),
-    "crop_emit_mode": Arg("choice", "center", choices=CROP_EMIT_MODES),
-    "emit_overlap_thresh": Arg("float", 0.3),
-    "rand_pad_prob": Arg("float", 0.0),
-    "max_pad_scale": Arg("float", 1.0),
-    "max_random_hue": Arg("int", 0),
-    "random_hue_prob": Arg("float", 0.0),
-    "max_random_saturation": Arg("int", 0),
-    "random_saturation_prob": Arg("float", 0.0),
-    "max_random_illumination": Arg("int", 0),
-    "random_illumination_prob": Arg("float", 0.0),
-    "max_random_contrast": Arg("float", 0.0),
-    "random_contrast_prob": Arg("float", 0.0),
-    "rand_mirror_prob": Arg("float", 0.0),
-    "fill_value": Arg("int", 127),
-    "resize_mode": Arg("choice", "force", choices=RESIZE_MODES),
-}
-_KIND_WORDS = {"int": "int", "float": "float", "bool": "boolean", "str": "string", "shape": "Shape(tuple)", "floats": "tuple of float", "ints": "tuple of int", "optional-int": "int or None", "optional-float": "float or None", "options": "dict"}
-
-
-def _bad(name: str, value: Any, kind: str) -> OptionError:
-    return OptionError(f"Invalid Parameter format for {name} expect {_KIND_WORDS.get(kind, kind)} but value='{value}'", name)
-
-
-def _number_list(name: str, value: Any, kind: str, cast: Callable[[Any], Any]) -> tuple:
-    if isinstance(value, str):
-        text = value.strip().strip("()[]")
-        items: Any = [t for t in (p.strip() for p in text.split(",")) if t]
-    elif isinstance(value, (list, tuple, np.ndarray)):
-        items = list(value)
-    else:
-        items = [value]
-    try:
-        out = tuple(cast(v) for v in items)
-    except (TypeError, ValueError):
-        raise _bad(name, value, kind) from None
-    return out
-
-
-def _as_int(v: Any) -> int:
-    if isinstance(v, bool):
-        return int(v)
-    if isinstance(v, (int, np.integer)):
-        return int(v)
-    if isinstance(v, (float, np.floating)) and float(v).is_integer():
-        return int(v)
-    if isinstance(v, str):
-        return int(v.strip())
-    raise ValueError(v)
-
-
-def _parse(name: str, spec: Arg, value: Any) -> Any:
-    """``value`` (a Python value, or the string MXNet's Python would pass on) as ``spec`` says."""
-    kind = spec.kind
-    if value is None and (kind.startswith("optional") or (kind in ("options", "choice") and spec.default is None)):
-        return None
-    try:
-        if kind == "int" or kind == "optional-int":
-            out: Any = _as_int(value)
-        elif kind == "float" or kind == "optional-float":
-            if isinstance(value, bool):
-                raise ValueError(value)
-            out = float(value)
-        elif kind == "bool":
-            if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and value in (0, 1)):
-                out = bool(value)
-            elif isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0"):
-                out = value.strip().lower() in ("true", "1")
-            else:
-                raise ValueError(value)
-        elif kind == "str":
-            if not isinstance(value, (str, os.PathLike)):
-                raise ValueError(value)
-            out = os.fspath(value)
-        elif kind == "options":
-            if not isinstance(value, Mapping):
-                raise ValueError(value)
-            out = dict(value)
-        elif kind == "choice":
-            text = np.dtype(value).name if name == "dtype" and not isinstance(value, str) else str(value)
-            if text not in spec.choices:
-                raise OptionError(f"Invalid Input: '{value}' for Parameter {name}, valid values are: {{{', '.join(spec.choices)}}}", name)
-            out = text
-        elif kind == "shape":
-            out = _number_list(name, value, kind, _as_int)
-        elif kind == "floats":
-            out = _number_list(name, value, kind, float)
-        elif kind == "ints":
-            out = _number_list(name, value, kind, _as_int)
-        else:  # pragma: no cover - the tables name no other kind
-            raise AssertionError(kind)
-    except (TypeError, ValueError) as e:
-        if isinstance(e, OptionError):
-            raise
-        raise _bad(name, value, kind) from None
-    if spec.lower is not None and out < spec.lower:
-        raise OptionError(f"value {out} for Parameter {name} should be greater equal to {spec.lower:g}", name)
-    return out
-
-
-def parse_arguments(what: str, table: Mapping[str, Arg], kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """Every argument of ``table``: given (parsed) or MXNet's default.
-
-    Raises:
-        OptionError: an unknown name (with the closest known one), a required argument
-            missing, or a value of the wrong kind or out of range, naming the argument.
-    """
-    for name in kwargs:
-        if name not in table:
-            close = difflib.get_close_matches(name, list(table), n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise OptionError(f"{what}: cannot find argument '{name}'{hint}", name)
-    args = {}
-    for name, spec in table.items():
-        if name in kwargs:
-            args[name] = _parse(name, spec, kwargs[name])
-        elif spec.required:
-            kind = "Shape(tuple)" if spec.kind == "shape" else "int (non-negative)"
-            raise OptionError(f"Required parameter {name} of {kind} is not presented", name)
-        else:
-            args[name] = spec.default
-    shape = args["data_shape"]
-    if len(shape) != 3:
-        raise OptionError(f"value {shape} for Parameter data_shape has wrong dimensions, expected dimension=3", "data_shape")
-    if any(d <= 0 for d in shape):
-        raise OptionError(f"value {shape} for Parameter data_shape has a dimension that is not positive", "data_shape")
-    if shape[0] not in (1, 3, 4):
-        raise OptionError(f"Invalid output shape {shape} for Parameter data_shape: its channels (the first number) must be 1, 3 or 4", "data_shape")
-    if args["part_index"] >= args["num_parts"]:
-        raise OptionError(f"Invalid Parameter part_index={args['part_index']}: it must be less than num_parts={args['num_parts']}", "part_index")
-    if not args["path_imgrec"]:
-        raise OptionError(f"{what}: must specify path_imgrec", "path_imgrec")
-    if args["resize"] != -1 and args["resize"] <= 0:
-        raise OptionError(f"value {args['resize']} for Parameter resize must be -1 (no resize) or a size in pixels", "resize")
-    for name in ("pad", "max_rotate_angle"):
-        if args.get(name, 0) < 0:
-            raise OptionError(f"value {args[name]} for Parameter {name} should be greater equal to 0", name)
-    for name in ("min_random_scale", "max_random_scale", "max_pad_scale"):
-        if name in args and args[name] <= 0:
-            raise OptionError(f"value {args[name]:g} for Parameter {name} must be above 0", name)
-    return args
-
-
-# --------------------------------------------------------------------------- parts and epochs
-
-
-def part_items(num_items: int, parts: int, index: int, positions: np.ndarray | None = None, total_bytes: int = 0) -> np.ndarray:
-    """The items (in file order) of part ``index`` of ``parts``, as MXNet's readers split.
-
-    With ``positions`` (each item's byte offset, the files laid end to end) the split is
-    dmlc's byte-range rule for a ``.rec`` read without its index; without, the indexed rule
-    (``ceil(N / parts)`` entries a part, the last ones short or empty).
-    """
-    if positions is None:
-        step = -(-num_items // parts)
-        return np.arange(min(index * step, num_items), min((index + 1) * step, num_items), dtype=np.int64)
-    step = -(-total_bytes // parts)
-    step = -(-step // 4) * 4
-    begin, end = min(step * index, total_bytes), min(step * (index + 1), total_bytes)
-    return np.flatnonzero((positions >= begin) & (positions < end)).astype(np.int64)
-
-
-class EpochPlan(NamedTuple):
-    """The batches of one epoch: ``rows[b]`` are the items of batch b (-1 for an empty row),
-    ``epochs[b]`` the epoch each row's record belongs to (a row taken from the next epoch
-    to fill the last batch belongs to it), ``pads[b]`` the rows that are not this epoch's."""
-
-    rows: np.ndarray
-    epochs: np.ndarray
-    pads: np.ndarray
-    skip_next: int
-
-
-def plan_epoch(order: np.ndarray, next_order: Callable[[], np.ndarray], epoch: int, batch_size: int, round_batch: bool, skip: int = 0) -> EpochPlan:
-    """Cut ``order[skip:]`` into batches; the short last one filled from ``next_order()`` with
-    ``round_batch`` (the next epoch then skips those), else left empty.
-
-    Raises:
-        OptionError: ``round_batch`` would need more records than the next epoch has.
-    """
-    seq = order[skip:]
-    n = seq.size
-    nb = -(-n // batch_size)
-    rows = np.full(nb * batch_size, -1, dtype=np.int64)
-    rows[:n] = seq
-    epochs = np.full(rows.size, epoch, dtype=np.int64)
-    pads = np.zeros(nb, dtype=np.int64)
-    skip_next = 0
-    missing = rows.size - n
-    if missing:
-        pads[-1] = missing
-        if round_batch:
-            following = next_order()
-            if missing > following.size:
-                raise OptionError(f"batch_size {batch_size} needs {missing} more records to fill the last batch (round_batch), but this part has {following.size}: the number of records must be larger than the batch size", "batch_size")
-            rows[n:] = following[:missing]
-            epochs[n:] = epoch + 1
-            skip_next = missing
-    return EpochPlan(rows.reshape(nb, batch_size), epochs.reshape(nb, batch_size), pads, skip_next)
+#: ``mx.io.ImageRecordIter``'s arguments: the readers', ``aug_default``'s fields, its normalisation's.
+RECORD_ITER_ARGS: dict[str, Arg] = table(
+    READER_ARGS,
+    args_of(ImageAugmenter),
+    dtype=Arg("choice", None, choices=RECORD_DTYPES),
+    path_imgrec=Arg("str", ""),
+    aug_seq=Arg("choice", "aug_default", choices=("aug_default",)),
+    device_id=Arg("int", 0, inert=True),
+    std_r=Arg("float", 1.0),
+    std_g=Arg("float", 1.0),
+    std_b=Arg("float", 1.0),
+    std_a=Arg("float", 1.0),
+    mirror=Arg("bool", False),
+    rand_mirror=Arg("bool", False),
+    max_random_contrast=Arg("float", 0.0),
+    max_random_illumination=Arg("float", 0.0),
+)
+#: ``mx.io.ImageDetRecordIter``'s: the readers', ``det_aug_default``'s fields, the label's and the normalisation's.
+DET_ITER_ARGS: dict[str, Arg] = table(
+    READER_ARGS,
+    args_of(DetAugmenter),
+    dtype=Arg("choice", None, choices=DET_DTYPES),
+    path_imgrec=Arg("str", "./data/imgrec.rec"),
+    aug_seq=Arg("choice", "det_aug_default", choices=("det_aug_default",)),
+    label_width=Arg("int", -1),
+    label_pad_width=Arg("int", 0),
+    label_pad_value=Arg("float", -1.0),
+    std_r=Arg("float", 0.0),
+    std_g=Arg("float", 0.0),
+    std_b=Arg("float", 0.0),
+    std_a=Arg("float", 0.0),
+)
 
 
 def _seed_words(seed: int) -> int:
@@ -424,7 +118,7 @@ class _Batch(NamedTuple):
 MEAN_PASS = (1 << 32) - 1
 
 
-class _RecordIter:
+class _RecordIter(DataIter):
     """What both iterators share: the records, the part, the epochs, the threads, the batch protocol."""
 
     NAME = ""
@@ -633,7 +327,7 @@ class _RecordIter:
         """
         if not self.iter_next():
             raise StopIteration
-        return DataBatch([self.getdata()], [self.getlabel()], self.getpad(), self.getindex(), self.provide_data, self.provide_label)
+        return DataBatch([self.getdata()], [self.getlabel()], self.getpad(), self.getindex(), provide_data=self.provide_data, provide_label=self.provide_label)
 
     __next__ = next
 
@@ -645,11 +339,14 @@ class _RecordIter:
             raise Im2recError(f"{self.NAME}: no current batch: call iter_next() (or next()) first")
         return self._current
 
+    #: How a batch's arrays are handed out: numpy here, NDArrays in ``im2rec.mx.io``.
+    _as_array = staticmethod(lambda a: a)
+
     def getdata(self) -> np.ndarray:
-        return self._now().data
+        return self._as_array(self._now().data)
 
     def getlabel(self) -> np.ndarray:
-        return self._now().label
+        return self._as_array(self._now().label)
 
     def getindex(self) -> np.ndarray:
         return self._now().ids
@@ -904,13 +601,5 @@ class ImageDetRecordIter(_RecordIter):
         batch.ids[row] = header.id
 
 
-def _help(table: Mapping[str, Arg]) -> str:
-    lines = []
-    for name, spec in table.items():
-        default = "required" if spec.required else repr(spec.default)
-        lines.append(f"    {name} ({_KIND_WORDS.get(spec.kind, spec.kind)}): {default}{' (accepted, changes nothing here)' if spec.inert else ''}")
-    return "\n".join(lines)
-
-
-ImageRecordIter.__doc__ = f"{ImageRecordIter.__doc__}\n    Arguments and defaults:\n{_help(RECORD_ITER_ARGS)}\n"
-ImageDetRecordIter.__doc__ = f"{ImageDetRecordIter.__doc__}\n    Arguments and defaults:\n{_help(DET_ITER_ARGS)}\n"
+ImageRecordIter.__doc__ = f"{ImageRecordIter.__doc__}\n    Arguments and defaults:\n{help_text(RECORD_ITER_ARGS)}\n"
+ImageDetRecordIter.__doc__ = f"{ImageDetRecordIter.__doc__}\n    Arguments and defaults:\n{help_text(DET_ITER_ARGS)}\n"
