@@ -364,11 +364,10 @@ def _nd(x: Any) -> NDArray:
 
 def array(source_array: Any, ctx: Context | None = None, dtype: Any = None) -> NDArray:
     """``mx.nd.array``: a copy of ``source_array``, float32 unless ``dtype`` is given or the
-    source is an NDArray (whose dtype is kept); a number gives shape ``(1,)``."""
+    source is an NDArray (whose dtype is kept); a number gives a 0-d array, as MXNet's."""
     if dtype is None:
         dtype = source_array.dtype if isinstance(source_array, NDArray) else _DEFAULT
-    out = np.array(source_array, dtype=dtype)
-    return (out.reshape(1) if out.ndim == 0 else out).view(NDArray)
+    return np.array(source_array, dtype=dtype).view(NDArray)
 
 
 def empty(shape: Any, ctx: Context | None = None, dtype: Any = _DEFAULT) -> NDArray:
@@ -465,14 +464,31 @@ def cast(data: Any, dtype: Any) -> NDArray:
 
 
 def dot(lhs: Any, rhs: Any, transpose_a: bool = False, transpose_b: bool = False, **kwargs: Any) -> NDArray:
-    """``mx.nd.dot``: ``lhs``'s last axis with ``rhs``'s first (an N-d ``lhs`` is taken as 2-d)."""
+    """``mx.nd.dot``: ``lhs``'s last axis with ``rhs``'s first (an N-d array is taken as 2-d).
+
+    Up to ``_DOT_LIMIT`` products a value, they are added one after the other in the arrays'
+    dtype, as MXNet's BLAS does (no fused multiply-add); beyond, by numpy's BLAS."""
     a, b = np.asarray(lhs), np.asarray(rhs)
     if transpose_a:
         a = a.reshape(a.shape[0], -1).T if a.ndim > 2 else a.T
     if transpose_b:
         b = b.reshape(b.shape[0], -1).T if b.ndim > 2 else b.T
-    out = np.tensordot(a, b, axes=(a.ndim - 1, 0)) if a.ndim and b.ndim else a * b
-    return _wrap(out.astype(np.result_type(a, b), copy=False))
+    if not a.ndim or not b.ndim:
+        return _wrap(a * b)
+    dtype = np.result_type(a, b)
+    if a.shape[-1] != b.shape[0]:
+        raise ValueError(f"dot: shapes {a.shape} and {b.shape} do not match (the last axis of lhs with the first of rhs)")
+    if a.shape[-1] > _DOT_LIMIT or dtype.kind != "f":
+        return _wrap(np.tensordot(a, b, axes=(a.ndim - 1, 0)).astype(dtype, copy=False))
+    lhs2, rhs2 = a.reshape(-1, a.shape[-1]).astype(dtype, copy=False), b.reshape(b.shape[0], -1).astype(dtype, copy=False)
+    acc = lhs2[:, 0:1] * rhs2[0]
+    for k in range(1, lhs2.shape[1]):
+        acc += lhs2[:, k : k + 1] * rhs2[k]
+    return _wrap(acc.reshape(*a.shape[:-1], *b.shape[1:]))
+
+
+#: Up to this many products a value, ``dot`` adds them in MXNet's order.
+_DOT_LIMIT = 256
 
 
 def where(condition: Any, x: Any, y: Any) -> NDArray:
