@@ -138,23 +138,26 @@ def _row_set(it, epochs: int, prefix: str, out: dict) -> None:
     out[f"{prefix}/shapes"] = np.array(sorted(shapes))
 
 
-def data_py(mx, recipes: Path, work: Path) -> dict:
+def data_py(mx, recipes: Path, work: Path, rec: str = "images", image_shape: str = "3,64,64", prefix: str = "data") -> dict:
     """MXNet's example/image-classification/common/data.py: get_rec_iter's train and val, SyntheticDataIter."""
     data = _load(recipes, "data")
     parser = argparse.ArgumentParser()
     data.add_data_args(parser)
     data.add_data_aug_args(parser)
-    args = parser.parse_args(["--data-train", str(work / "images.rec"), "--data-train-idx", str(work / "images.idx"), "--data-val", str(work / "images.rec"), "--data-val-idx", str(work / "images.idx"), "--image-shape", "3,64,64", "--data-nthreads", "2", "--num-classes", "4", "--num-examples", "19"])
+    rec_path, idx_path = str(work / f"{rec}.rec"), str(work / f"{rec}.idx")
+    args = parser.parse_args(["--data-train", rec_path, "--data-train-idx", idx_path, "--data-val", rec_path, "--data-val-idx", idx_path, "--image-shape", image_shape, "--data-nthreads", "2", "--num-classes", "4", "--num-examples", "19"])
     args.batch_size = 8
     out: dict = {}
     train, val = data.get_rec_iter(args)
-    _epochs(val, 2, "data/val", out)
-    _row_set(train, 2, "data/train", out)
+    _epochs(val, 2, f"{prefix}/val", out)
+    _row_set(train, 2, f"{prefix}/train", out)
+    if prefix != "data":
+        return out
     out["data/val/provide_data"] = np.array([str((d[0], tuple(d[1]))) for d in val.provide_data])
     out["data/val/provide_label"] = np.array([str((d[0], tuple(d[1]))) for d in val.provide_label])
     args.benchmark = 1
     np.random.seed(7)
-    synthetic, none = data.get_rec_iter(args)
+    synthetic, _ = data.get_rec_iter(args)
     _epochs(synthetic, 2, "data/synthetic", out)
     out["data/synthetic/provide_data"] = np.array([str((d.name, tuple(d.shape), np.dtype(d.dtype).name)) for d in synthetic.provide_data])
     return out
@@ -360,10 +363,18 @@ def data_iters(mx, recipes: Path, work: Path) -> dict:
     return out
 
 
-CASES = {"data": data_py, "ssd": ssd, "faces": faces, "image_iters": image_iters, "functions": functions, "data_iters": data_iters}
+def data_real(mx, recipes: Path, work: Path) -> dict:
+    """data.py's iterators on ``real.rec`` (packed by a test from real-size images), 3x224x224."""
+    return data_py(mx, recipes, work, rec="real", image_shape="3,224,224", prefix="real")
 
 
-def run(mx, recipes: Path, work: Path, cases=tuple(CASES)) -> dict:
+CASES = {"data_real": data_real, "data": data_py, "ssd": ssd, "faces": faces, "image_iters": image_iters, "functions": functions, "data_iters": data_iters}
+
+
+GOLDEN_CASES = ("data", "ssd", "faces", "image_iters", "functions", "data_iters")
+
+
+def run(mx, recipes: Path, work: Path, cases=GOLDEN_CASES) -> dict:
     out: dict = {}
     old = os.getcwd()
     os.chdir(work)
@@ -379,13 +390,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("work", type=Path)
     parser.add_argument("out", type=Path)
+    parser.add_argument("--case", action="append", choices=list(CASES), help="the cases to run (default: the golden ones)")
     args = parser.parse_args()
     import mxnet as mx
 
     recipes = args.work / "recipes"
     shutil.rmtree(recipes, ignore_errors=True)
     write_recipes(recipes, to_im2rec=False)
-    np.savez_compressed(args.out, **run(mx, recipes, args.work))
+    np.savez_compressed(args.out, **run(mx, recipes, args.work, tuple(args.case or GOLDEN_CASES)))
 
 
 if __name__ == "__main__":
