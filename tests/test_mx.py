@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -308,3 +309,55 @@ def test_the_docs_of_mx_list_what_it_covers():
     doc = mx.__doc__
     for name in ("mx.io", "mx.nd", "mx.image", "mx.recordio", "mx.Context", "mx.random.seed", "PyTorch"):
         assert name in doc, name
+
+
+def _readme_section() -> str:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    return readme.split("## Coming from MXNet: `import im2rec.mx as mx`", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_section_runs_as_written(tmp_path, monkeypatch):
+    """The README's "Coming from MXNet" code, on the generator's face set (112x112 faces)."""
+    import re
+
+    from im2rec.testing.synthetic import main as synthetic
+
+    synthetic([str(tmp_path / "out"), "--faces", "--identities", "3", "--per-identity", "4"])
+    blocks = re.findall(r"```python\n(.*?)```", _readme_section(), re.S)
+    assert len(blocks) == 1
+    monkeypatch.chdir(tmp_path / "out")
+    scope: dict = {}
+    exec(compile(blocks[0], "README.md", "exec"), scope)
+    batch = scope["batch"]
+    assert isinstance(batch.data[0], mx.nd.NDArray) and batch.data[0].shape == (8, 3, 112, 112) and batch.data[0].dtype == np.float32
+    assert 0.5 < np.abs(batch.data[0].asnumpy()).max() <= 2  # (x - 127.5) / 128, jittered (MXNet does not clip)
+    assert batch.label[0].asnumpy().tolist() == [0.0] * 4 + [1.0] * 4
+
+
+def test_every_name_the_readme_says_is_covered_is_there_and_every_refusal_refuses():
+    import re
+
+    section = _readme_section()
+    covered, refused = section.split("What it refuses", 1)
+    refused = refused.split("- **Proved", 1)[0]
+    owners = {"mx.io": mx.io, "mx.nd": mx.nd, "mx.image": mx.image}
+    for bullet in covered.split("\n- ")[1:]:
+        owner = next((o for k, o in owners.items() if bullet.startswith(f"`{k}`")), None)
+        if owner is None:
+            continue
+        for name in re.findall(r"`([A-Za-z_][A-Za-z_0-9]*)`", bullet):
+            if name in ("mx", "float32", "uint8", "pad", "discard", "roll_over", "random", "mxnet", "copy", "next", "reshape", "provide_data", "provide_label", "im2rec"):
+                continue
+            assert hasattr(owner, name) or hasattr(mx.nd.NDArray, name) or hasattr(mx.io.DataIter, name), f"{name} ({bullet[:20]})"
+    for dotted in set(re.findall(r"`(mx\.[a-z]+)`", refused)) - {"mx.nd", "mx.io", "mx.image"}:  # "in `mx.nd`, ...": places
+        with pytest.raises(AttributeError, match=rf"^{re.escape(dotted)} is not in im2rec.mx"):
+            getattr(mx, dotted.split(".")[1])
+    for name in re.findall(r"`([A-Z][A-Za-z]+)`", refused):
+        owner = mx.io if name.endswith("Iter") else mx.nd
+        with pytest.raises(AttributeError):
+            getattr(owner, name)
+    for name in ("contrib", "linalg", "sparse", "random"):
+        with pytest.raises(AttributeError):
+            getattr(mx.nd, name)
+    with pytest.raises(AttributeError):
+        getattr(mx.image, "imrotate")  # noqa: B009 (the name is the README's)
