@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from . import nd
-from .batch import DataBatch
 from .image import (
     EIGVAL,
     EIGVEC,
@@ -453,29 +452,9 @@ class ImageDetIter(ImageIter):
                 raise
         return i
 
-    def next(self) -> DataBatch:
-        c, h, w = self.data_shape
-        if self._cache_data is not None:
-            assert self._cache_label is not None and self._cache_idx is not None
-            batch_data, batch_label, i = self._cache_data, self._cache_label, self._cache_idx
-        else:
-            batch_data = nd.zeros((self.batch_size, c, h, w))
-            batch_label = nd.empty(self.provide_label[0][1])
-            batch_label[:] = -1
-            i = self._batchify(batch_data, batch_label)
-        pad = self.batch_size - i
-        if pad != 0:
-            if self.last_batch_handle == "discard":
-                raise StopIteration
-            if self.last_batch_handle == "roll_over" and self._cache_data is None:
-                self._cache_data, self._cache_label, self._cache_idx = batch_data, batch_label, i
-                raise StopIteration
-            self._batchify(batch_data, batch_label, i)
-            if self.last_batch_handle == "pad":
-                self._allow_read = False
-            else:
-                self._cache_data = self._cache_label = self._cache_idx = None
-        return DataBatch([batch_data], [batch_label], pad=pad)
+    def _new_label(self) -> NDArray:
+        """A batch's labels: -1 where no object is written (MXNet's)."""
+        return nd.full(self.provide_label[0][1], -1)
 
     def augmentation_transform(self, data: Any, label: Any = None) -> Any:
         for aug in self.auglist:

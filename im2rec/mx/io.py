@@ -47,7 +47,25 @@ def ImageRecordInt8Iter(**kwargs: Any) -> ImageRecordIter:
     return ImageRecordIter(**{**kwargs, "dtype": "int8"})
 
 
-class ResizeIter(DataIter):
+class _FromCurrentBatch(DataIter):
+    """The getters of an iterator that keeps its batch in ``current_batch``."""
+
+    current_batch: Any
+
+    def getdata(self) -> Any:
+        return self.current_batch.data
+
+    def getlabel(self) -> Any:
+        return self.current_batch.label
+
+    def getindex(self) -> Any:
+        return self.current_batch.index
+
+    def getpad(self) -> Any:
+        return self.current_batch.pad
+
+
+class ResizeIter(_FromCurrentBatch):
     """``mx.io.ResizeIter(data_iter, size, reset_internal=True)``: ``size`` batches an epoch,
     restarting ``data_iter`` when it ends early (and resetting it at ``reset`` unless told not to)."""
 
@@ -78,20 +96,9 @@ class ResizeIter(DataIter):
         self.cur += 1
         return True
 
-    def getdata(self) -> Any:
-        return self.current_batch.data
-
-    def getlabel(self) -> Any:
-        return self.current_batch.label
-
-    def getindex(self) -> Any:
-        return self.current_batch.index
-
-    def getpad(self) -> Any:
-        return self.current_batch.pad
 
 
-class PrefetchingIter(DataIter):
+class PrefetchingIter(_FromCurrentBatch):
     """``mx.io.PrefetchingIter(iters, rename_data=None, rename_label=None)``: each iterator's
     next batch made by a thread of its own while the current one is used; several iterators'
     batches are joined (their data and labels one after the other). Prefetching starts at
@@ -208,17 +215,6 @@ class PrefetchingIter(DataIter):
             return self.current_batch
         raise StopIteration
 
-    def getdata(self) -> Any:
-        return self.current_batch.data
-
-    def getlabel(self) -> Any:
-        return self.current_batch.label
-
-    def getindex(self) -> Any:
-        return self.current_batch.index
-
-    def getpad(self) -> Any:
-        return self.current_batch.pad
 
 
 def _named(data: Any, allow_empty: bool, default_name: str) -> list[tuple[str, NDArray]]:
