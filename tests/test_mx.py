@@ -361,3 +361,18 @@ def test_every_name_the_readme_says_is_covered_is_there_and_every_refusal_refuse
             getattr(mx.nd, name)
     with pytest.raises(AttributeError):
         getattr(mx.image, "imrotate")  # noqa: B009 (the name is the README's)
+
+
+def test_imread_names_the_file_of_a_damaged_or_undecodable_image(tmp_path, caplog):
+    import logging
+
+    jpeg = (DATA / "odd" / "progressive.jpg").read_bytes()
+    (tmp_path / "cut.jpg").write_bytes(jpeg[:3000])
+    (tmp_path / "bad.jpg").write_bytes(b"garbage")
+    with caplog.at_level(logging.WARNING, logger="im2rec.mx.augment"):
+        img = mx.image.imread(str(tmp_path / "cut.jpg"))
+    assert img.shape[2] == 3 and isinstance(img, mx.nd.NDArray)
+    assert [r.getMessage() for r in caplog.records] == [f"{tmp_path / 'cut.jpg'}: imread: 3000 bytes: Premature end of JPEG file: the image is damaged"]
+    with pytest.raises(im2rec.ImageError) as e:
+        mx.image.imread(str(tmp_path / "bad.jpg"))
+    assert str(e.value) == f"{tmp_path / 'bad.jpg'}: imdecode: 7 bytes that cannot be decoded as an image"

@@ -687,7 +687,7 @@ def decode_for_iterator(buf: Any, channels: int) -> Checked:
     return Checked(img, damage)
 
 
-def imdecode(buf: Any, flag: int = 1, to_rgb: bool = True) -> np.ndarray:
+def imdecode(buf: Any, flag: int = 1, to_rgb: bool = True, *, name: str = "imdecode") -> np.ndarray:
     """``mx.image.imdecode`` in numpy: the image in ``buf`` (bytes, a memoryview or a uint8
     array) as an HxWx3 uint8 array, RGB unless ``to_rgb=False`` (then OpenCV's BGR), or
     HxWx1 gray for ``flag=0``.
@@ -713,7 +713,7 @@ def imdecode(buf: Any, flag: int = 1, to_rgb: bool = True) -> np.ndarray:
     if img is None:
         raise ImageError("corrupt", f"imdecode: {data.size} bytes that cannot be decoded as an image" + (f" ({damage})" if damage else ""))
     if damage:
-        log.warning("imdecode: %d bytes: %s: the image is damaged", data.size, damage)
+        log.warning("%s: %d bytes: %s: the image is damaged", name, data.size, damage)
     if flag == 0:
         return img[:, :, None]
     if to_rgb:

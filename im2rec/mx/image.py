@@ -97,9 +97,13 @@ def imread(filename: str | os.PathLike, flag: int = 1, to_rgb: bool = True, out:
     with open(filename, "rb") as f:
         data = f.read()
     try:
-        return imdecode(data, flag, to_rgb, out)
+        img = _imdecode_np(data, flag, to_rgb, name=f"{os.fspath(filename)}: imread").view(NDArray)
     except ImageError as e:
         raise ImageError(e.kind, f"{os.fspath(filename)}: {e}") from None
+    if out is not None:
+        out[...] = img
+        return out
+    return img
 
 
 def imresize(src: Any, w: int, h: int, interp: int = 1, out: NDArray | None = None) -> NDArray:
