@@ -2,7 +2,8 @@
 
 ``im2rec.ImageRecordIter(**kwargs)`` takes ``mx.io.ImageRecordIter``'s keyword arguments,
 with MXNet 1.9.1's defaults, and gives the batches MXNet gives: ``DataBatch(data=[NCHW
-array], label=[array], pad, index)``, numpy instead of NDArrays. Where MXNet's output is
+array], label=[array], pad, index)``, numpy instead of NDArrays (``im2rec.mx.io``'s subclasses
+hand out ``mx.nd`` arrays). Where MXNet's output is
 deterministic it is MXNet's value for value (``augment`` holds the pixel rules); what MXNet
 decides by its reader is decided here by the same rules, written from
 ``src/io/iter_image_recordio_2.cc``, ``iter_image_det_recordio.cc``, ``iter_batchloader.h``
