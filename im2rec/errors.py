@@ -109,6 +109,11 @@ class ImageError(Im2recError):
         self.kind = kind
         self.damaged = damaged
 
+    @property
+    def said(self) -> str:
+        """What a report calls it: an image decoded with the decoder's warning, or none."""
+        return "image damaged (decoded with the decoder's warning)" if self.damaged else "image not decodable"
+
 
 class StorageError(Im2recError):
     """A URL that cannot be read or written: a missing object or bucket, denied access, a

@@ -108,7 +108,7 @@ def refuse_non_recordio(reader: RecordReader) -> None:
 
 def cut_problem(reader: RecordReader) -> list[Problem]:
     """A file cut short as one problem (not one per record lost), saying how to mend it."""
-    return [Problem(None, None, _reason(reader.cut.message(), reader.path))] if reader.cut is not None else []
+    return [Problem(None, None, reason_in(reader.cut.message(), reader.path))] if reader.cut is not None else []
 
 
 def record_entries(reader: RecordReader, problems: list[Problem]) -> Iterator[tuple[Any, int]]:
@@ -131,10 +131,10 @@ def walk_problem(reader: RecordReader, offset: int, nxt: int, error: RecordIOErr
             f"the file ends {reader.size - offset:,} bytes into this record: it was cut short (a partial download?); the records before it "
             f"are whole, and `truncate -s {offset} {reader.path}` drops the partial one",
         )
-    return Problem(offset, None, f"{_reason(error, reader.path)}; " + (f"{then} {nxt}" if nxt < reader.size else "the file ends there"))
+    return Problem(offset, None, f"{reason_in(error, reader.path)}; " + (f"{then} {nxt}" if nxt < reader.size else "the file ends there"))
 
 
-def _reason(error: Exception | str, path: str) -> str:
+def reason_in(error: Exception | str, path: str) -> str:
     """An error's message without the leading file name (the report names the file once)."""
     text = str(error)
     return text[len(path) + 2 :] if text.startswith(path + ": ") else text
@@ -263,7 +263,7 @@ def inspect_rec(rec: str, sample: int = 200, seed: int = 0, storage_options: dic
         try:
             header, length, parts = _read_header(reader, offset)
         except (RecordIOError, HeaderError) as e:
-            problems.append(Problem(offset, key, _reason(e, reader.path)))
+            problems.append(Problem(offset, key, reason_in(e, reader.path)))
             continue
         if len(parts) > 1:
             multi_part += 1
@@ -282,7 +282,7 @@ def inspect_rec(rec: str, sample: int = 200, seed: int = 0, storage_options: dic
         try:
             head = bytes(reader.head_at(offset, header_size(flag) + 256 * 1024))[header_size(flag) :]
         except RecordIOError as e:
-            problems.append(Problem(offset, key, _reason(e, reader.path)))
+            problems.append(Problem(offset, key, reason_in(e, reader.path)))
             continue
         info = image_info(head)
         formats[info[0] if info else (image_format(head) or "unknown")] += 1
@@ -313,7 +313,7 @@ def inspect_rec(rec: str, sample: int = 200, seed: int = 0, storage_options: dic
         multi_part_records=multi_part,
         header_split=[str(p) for p in header_split],
         damaged=[str(p) for p in problems],
-        lost=_reason(reader.cut.message(), reader.path) if reader.cut is not None else None,
+        lost=reason_in(reader.cut.message(), reader.path) if reader.cut is not None else None,
     )
     reader.close()
     return report
@@ -402,7 +402,7 @@ def verify_rec(rec: str, decode_images: bool = False, storage_options: dict | No
             if cut is not None:  # one problem for what is lost, not one per record (nor the walk's for the last)
                 lost_from = int(index.offsets[~keep].min())
                 problems[:] = [p for p in problems if not (p.offset is not None and p.offset >= lost_from and ("truncated record" in p.message or "cut short" in p.message))]
-                problems.append(Problem(None, None, _reason(cut.message(), rec)))
+                problems.append(Problem(None, None, reason_in(cut.message(), rec)))
                 index = index.subset(keep)
             keys_at = _check_index(index, heads_arr, problems)
     else:
@@ -425,8 +425,8 @@ def verify_rec(rec: str, decode_images: bool = False, storage_options: dict | No
                 decode(bytes(body), options)
                 report.decoded += 1
             except (HeaderError, ImageError, RecordIOError) as e:
-                said = "image damaged (decoded with the decoder's warning)" if getattr(e, "damaged", False) else "image not decodable"
-                problems.append(Problem(offset, key, f"{said}: {_reason(e, rec)}"))
+                said = e.said if isinstance(e, ImageError) else "image not decodable"
+                problems.append(Problem(offset, key, f"{said}: {reason_in(e, rec)}"))
     def with_keys(found: list[Problem]) -> list[Problem]:
         return [dataclasses.replace(p, key=keys_at[p.offset]) if p.key is None and p.offset in keys_at else p for p in found]
 
@@ -530,7 +530,7 @@ def extract_rec(rec: str, outdir: str, flat: bool = False, overwrite: bool = Fal
         try:
             header, body = unpack(reader.read_at(offset)[0])
         except (RecordIOError, HeaderError) as e:
-            result.problems.append(Problem(offset, key, f"{_reason(e, reader.path)}; skipped"))
+            result.problems.append(Problem(offset, key, f"{reason_in(e, reader.path)}; skipped"))
             continue
         key = header.id if key is None else key
         if header.id != key:

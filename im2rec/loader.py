@@ -145,7 +145,8 @@ class RecordLoader:
             self.pin_memory = False
         self._torch = torch
         self._collate = torch.utils.data.default_collate
-        self._shape: tuple[tuple[int, ...], Any] | None = None  # the samples' shape and dtype, from the first
+        self._shape: tuple[tuple[int, ...], Any] | None = None  # the samples' shape and dtype, from the first made
+        self._shaped_by = -1  # ... and that sample's item
         self._epoch = 0
         self._taken = 0  # the current iteration's indices that batches handed out have used
         self._started = 0  # ... and that batches started have
@@ -250,12 +251,14 @@ class RecordLoader:
         shape, dtype = self._shape_of(image, item)
         with self._lock:
             if self._shape is None:
-                self._shape = (shape, dtype)
+                self._shape, self._shaped_by = (shape, dtype), item
             if batch.images is None:
                 self._allocate(batch)
         want, want_dtype = self._shape
         if shape != want or dtype != want_dtype:
-            raise ImageError("error", f"{self._where(item)}: its image is {shape} {dtype}, the batch's are {want} {want_dtype}: a batch needs one shape and dtype (resize or crop in the transform)")
+            path, offset, key = self.dataset.locate(self._shaped_by)
+            first = f"record {key}'s at byte {offset}{'' if path == self.dataset.locate(item)[0] else f' of {path}'}, the first made"
+            raise ImageError("error", f"{self._where(item)}: its image is {shape} {dtype}, the batch's are {want} {want_dtype} (as {first}): a batch needs one shape and dtype (resize or crop in the transform)")
         if isinstance(image, np.ndarray):
             batch.array[row] = image  # type: ignore[index]
         else:

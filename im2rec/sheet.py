@@ -21,7 +21,7 @@ import numpy as np
 from .errors import HeaderError, Im2recError, ImageError, RecordIOError
 from .fsutil import atomic_open
 from .image import ImageOptions, decode, opencv
-from .inspection import Problem, label_name, open_rec, record_entries
+from .inspection import Problem, label_name, open_rec, reason_in, record_entries
 from .lst import find_classes, read_classes
 from .recordio import RecordReader, insightface_header, unpack
 
@@ -96,15 +96,15 @@ def _tile_image(reader: RecordReader, key: Any, offset: int, names: dict[float, 
     try:
         header, body = unpack(reader.read_at(offset)[0])
     except (RecordIOError, HeaderError) as e:
-        marked.append(Problem(offset, key, f"damaged record: {e}"))
+        marked.append(Problem(offset, key, f"damaged record: {reason_in(e, reader.path)}"))
         return _marked(tile, "damaged"), f"{key}: damaged"
     key = header.id if key is None else key
     labels = [float(x) for x in np.atleast_1d(header.label)]
     try:
         img = decode(bytes(body), ImageOptions(color=-1))
     except ImageError as e:
-        marked.append(Problem(offset, key, f"no image: {e}"))
-        return _marked(tile, "not an image" if e.kind == "not-an-image" else "undecodable"), _caption(key, labels, names)
+        marked.append(Problem(offset, key, f"{e.said}: {e}"))
+        return _marked(tile, "damaged" if e.damaged else "not an image" if e.kind == "not-an-image" else "undecodable"), _caption(key, labels, names)
     return _fit(img, tile), _caption(key, labels, names)
 
 

@@ -338,14 +338,20 @@ def test_contact_sheet_marks_damaged_and_non_image_records(tmp_path, data_dir):
         good = (data_dir / "tree" / "cats" / "cats_0.jpg").read_bytes()
         w.write_idx(0, recordio.pack(recordio.IRHeader(0, 1.0, 0, 0), good))
         w.write_idx(1, recordio.pack(recordio.IRHeader(0, 2.0, 1, 0), b"not an image at all"))
-        w.write_idx(2, recordio.pack(recordio.IRHeader(0, 3.0, 2, 0), good[: len(good) // 3]))
+        zeroed = bytearray(good)
+        zeroed[len(good) // 2 : len(good) // 2 + 2000] = bytes(2000)  # decodes, with libjpeg's warning
+        w.write_idx(2, recordio.pack(recordio.IRHeader(0, 3.0, 2, 0), bytes(zeroed)))
         w.write_idx(3, recordio.pack(recordio.IRHeader(0, 4.0, 3, 0), good))
     damage(rec, offsets(rec)[3])  # record 3's magic
     result = run("inspect", rec, "--grid", tmp_path / "s.png", "--tile-size", "32")
     assert result.exit_code == 0, result.output
     assert "(4 records, 2x2, 3 marked)" in result.stdout
-    marks = [line for line in result.stderr.splitlines() if "no image" in line or "damaged record" in line]
-    assert [m.split(": ", 2)[1] for m in marks] == [f"byte {offsets(rec)[1]}, key 1", f"byte {offsets(rec)[2]}, key 2", f"byte {offsets(rec)[3]}, key 3"]
+    marks = [line.split(": ", 1)[1] for line in result.stderr.splitlines() if ": image " in line or ": damaged record: " in line]
+    assert marks[:2] == [
+        f"byte {offsets(rec)[1]}, key 1: image not decodable: it starts with 'not an image' (text)",
+        f"byte {offsets(rec)[2]}, key 2: image damaged (decoded with the decoder's warning): 2099 extraneous bytes before marker 0xd9",
+    ]
+    assert marks[2] == f"byte {offsets(rec)[3]}, key 3: damaged record: no record at byte {offsets(rec)[3]}: expected the magic 0xced7230a, found 0xced723f5"
     sheet = cv2.imread(str(tmp_path / "s.png"))
     red = [(tile_at(sheet, i, 2, 32)[0][..., 2] > 150).mean() > 0.5 for i in range(4)]
     assert red == [False, True, True, True]

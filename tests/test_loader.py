@@ -117,6 +117,12 @@ def test_images_without_a_transform_and_insightface_sets():
     flipped, _ = next(iter(im2rec.RecordLoader(train, 5, transform=lambda img: torch.from_numpy(img).permute(2, 0, 1).flip(-1), target_transform=int)))
     assert flipped.shape == (5, 3, 112, 112) and torch.equal(flipped[0], torch.from_numpy(ds[0][0]).permute(2, 0, 1).flip(-1))
 
+    class Image(torch.Tensor):  # a tensor subclass, as torchvision's v2 ToImage gives (tv_tensors.Image)
+        pass
+
+    made, _ = next(iter(im2rec.RecordLoader(train, 5, transform=lambda img: torch.from_numpy(img).permute(2, 0, 1).as_subclass(Image))))
+    assert type(made) is torch.Tensor and made.shape == (5, 3, 112, 112) and torch.equal(made[4], torch.from_numpy(ds[4][0]).permute(2, 0, 1))
+
 
 def test_images_of_several_sizes_need_a_transform_and_the_error_names_the_record(rec):
     ds = im2rec.RecordDataset(rec)
@@ -124,8 +130,8 @@ def test_images_of_several_sizes_need_a_transform_and_the_error_names_the_record
     assert shapes[0] != shapes[1]
     with pytest.raises(ImageError) as e:
         list(im2rec.RecordLoader(rec, 4, threads=1))  # one thread: record 0 sets the batch's shape
-    path, offset, key = ds.locate(1)
-    assert str(e.value) == f"{path}: record {key} (byte {offset}): its image is {shapes[1]} torch.uint8, the batch's are {shapes[0]} torch.uint8: a batch needs one shape and dtype (resize or crop in the transform)"
+    (path, offset, key), (_, first, key0) = ds.locate(1), ds.locate(0)
+    assert str(e.value) == f"{path}: record {key} (byte {offset}): its image is {shapes[1]} torch.uint8, the batch's are {shapes[0]} torch.uint8 (as record {key0}'s at byte {first}, the first made): a batch needs one shape and dtype (resize or crop in the transform)"
     with pytest.raises(ImageError, match=r"the transform gave a str: a RecordLoader batches numpy arrays and tensors"):
         list(im2rec.RecordLoader(rec, 4, transform=str))
 
@@ -153,6 +159,12 @@ def test_damaged_records_warn_skip_or_raise(damaged_rec, caplog):
         loader = im2rec.RecordLoader(damaged_rec, 4, transform=crop)
         assert torch.cat([labels for _, labels in loader]).tolist() == list(range(10)) and loader.damaged == 1
     assert [r.getMessage() for r in caplog.records] == [f"{where}: {words}: the image is damaged (`im2rec verify {damaged_rec} --decode` lists every such record)"]
+    assert [r.name for r in caplog.records] == ["im2rec.image"]
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="im2rec.image"):  # the README's way to quiet them: the count stays
+        quiet = im2rec.RecordLoader(damaged_rec, 4, transform=crop)
+        assert sum(len(labels) for _, labels in quiet) == 10 and quiet.damaged == 1
+    assert caplog.records == []
     skipping = im2rec.RecordLoader(damaged_rec, 4, transform=crop, on_damaged="skip")
     batches = [labels.tolist() for _, labels in skipping]
     assert batches == [[0, 1, 2, 4], [4, 5, 6, 7], [8, 9]]  # its row taken by the next good record: the batches keep their size
